@@ -1,0 +1,25 @@
+"""tfcheck: a diagnostic test battery and debugging toolkit for Transformer implementations in PyTorch.
+
+Importing this package does not import torch; the public functions do, when called.
+
+    >>> import tfcheck
+    >>> report = tfcheck.run_checks("reference_model:TransformerLM")
+    >>> tfcheck.assert_checks_pass(report)
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["run_checks", "assert_checks_pass", "TfcheckError", "UsageError", "Status", "__version__"]
+
+from tfcheck.errors import TfcheckError, UsageError  # noqa: E402  (torch-free)
+from tfcheck.status import Status  # noqa: E402  (torch-free)
+
+
+def __getattr__(name: str):
+    # Lazy so that `pytest --help` (which imports the plugin, which imports this package) stays fast.
+    if name in ("run_checks", "assert_checks_pass"):
+        from tfcheck import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tfcheck' has no attribute {name!r}")

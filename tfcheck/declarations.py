@@ -1,0 +1,200 @@
+"""Declarations: what a user tells tfcheck about a model, one typed registry of keys.
+
+Sources, strongest first: the command line (``--set`` / ``--tfcheck-set``), a ``[[tool.tfcheck.models]]``
+entry in pyproject.toml, a ``__tfcheck__`` dict on the model class or factory, then inference from the
+model's config and signature. Every value remembers where it came from, so the report can say it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tfcheck.errors import DeclarationError
+
+KINDS = ("encoder", "decoder", "seq2seq", "attention")
+MASK_CONVENTIONS = ("keep", "pad", "additive")
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """How the model takes its padding mask: a forward argument and its convention, or built inside."""
+
+    argument: str | None  # None when the mask is built inside forward (``internal``) or absent (``none``)
+    convention: str  # keep | pad | additive | internal | none
+
+    def __str__(self) -> str:
+        return f"{self.argument}:{self.convention}" if self.argument else self.convention
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    syntax: str
+    doc: str
+    parse: Callable[[Any], Any]
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return v.lower() in ("true", "yes", "1")
+    raise ValueError("expected true or false")
+
+
+def _positive_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("expected a positive integer")
+    n = int(v) if isinstance(v, (int, str)) else None
+    if n is None or n <= 0:
+        raise ValueError("expected a positive integer")
+    return n
+
+
+def _optional_int(v: Any) -> int | None:
+    if v is None or (isinstance(v, str) and v.lower() == "none"):
+        return None
+    if isinstance(v, bool):
+        raise ValueError("expected an integer or none")
+    return int(v)
+
+
+def _kind(v: Any) -> str:
+    if v not in KINDS:
+        raise ValueError(f"expected one of {', '.join(KINDS)}")
+    return v
+
+
+def _mask(v: Any) -> MaskSpec:
+    if isinstance(v, MaskSpec):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected ARGUMENT:CONVENTION, 'internal' or 'none'")
+    if v in ("internal", "none"):
+        return MaskSpec(None, v)
+    arg, sep, conv = v.partition(":")
+    if not sep or not arg.isidentifier() or conv not in MASK_CONVENTIONS:
+        raise ValueError(
+            "expected ARGUMENT:CONVENTION with CONVENTION one of keep (1 = real token), pad (True = pad), "
+            "additive (0 / -inf added to the logits), e.g. attention_mask:keep; or 'internal' / 'none'"
+        )
+    return MaskSpec(arg, conv)
+
+
+def _output(v: Any) -> str | int:
+    if isinstance(v, bool):
+        raise ValueError("expected 'tensor', a tuple index or a key/attribute name")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        if re.fullmatch(r"-?\d+", v):
+            return int(v)
+        if v == "tensor" or v.isidentifier():
+            return v
+    raise ValueError("expected 'tensor', a tuple index or a key/attribute name")
+
+
+def _callable_or_spec(v: Any) -> Any:
+    if callable(v):
+        return v
+    if isinstance(v, str) and ":" in v:
+        return v  # resolved lazily by the subject, with the spec loader's error messages
+    raise ValueError("expected a callable or a 'module:function' spec")
+
+
+def _accept(v: Any) -> dict[str, str]:
+    if isinstance(v, str):
+        # CLI syntax: CHECK_ID:REASON[,CHECK_ID:REASON...]; a reason is required.
+        out = {}
+        for part in v.split(","):
+            check, sep, reason = part.partition(":")
+            if not sep or not reason.strip():
+                raise ValueError("expected CHECK_ID:REASON (a reason is required)")
+            out[check.strip()] = reason.strip()
+        return out
+    if isinstance(v, dict) and all(isinstance(k, str) and isinstance(r, str) and r.strip() for k, r in v.items()):
+        return dict(v)
+    raise ValueError("expected a table of check id -> reason (each reason a non-empty string)")
+
+
+def _kwargs(v: Any) -> dict[str, Any]:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON object, e.g. '{{\"vocab_size\": 500}}' ({exc.msg})") from None
+    if not isinstance(v, dict):
+        raise ValueError("expected a table / JSON object of constructor arguments")
+    return dict(v)
+
+
+KEYS: dict[str, Key] = {k.name: k for k in [
+    Key("kind", "encoder | decoder | seq2seq | attention",
+        "What the model is: a bidirectional encoder, a decoder-only (causal) LM, an encoder-decoder, or a bare "
+        "attention module forward(query, key, value, mask=None).", _kind),
+    Key("causal", "true | false", "Whether position t may only depend on positions <= t.", _bool),
+    Key("vocab_size", "INT", "Number of token ids; probes draw ids below it.", _positive_int),
+    Key("pad_id", "INT | none", "The padding token id; probes never draw it as a real token.", _optional_int),
+    Key("max_len", "INT", "Longest sequence the model accepts; probes are capped well below large values.",
+        _positive_int),
+    Key("d_model", "INT", "Width of the hidden states (hidden_size, n_embd, dim).", _positive_int),
+    Key("mask", "ARG:keep | ARG:pad | ARG:additive | internal | none",
+        "The forward argument that takes the padding mask and its convention (keep: 1 = real token; "
+        "pad: True = padding; additive: 0 / -inf added to the logits), or 'internal' when forward builds it "
+        "from pad_id, or 'none'.", _mask),
+    Key("output", "tensor | INDEX | NAME",
+        "Which part of the forward's return value is the output: the tensor itself, a tuple index, or a "
+        "key / attribute such as logits.", _output),
+    Key("inputs", "module:function",
+        "A factory fn(batch, length) -> (args, kwargs) for models that do not take token ids "
+        "(ViT patches, audio frames, inputs_embeds).", _callable_or_spec),
+    Key("accept", "CHECK_ID:REASON[,...]",
+        "Failures of these checks are reported as 'accepted' with the reason instead of failing.", _accept),
+    Key("kwargs", "JSON object", "Constructor arguments; they win over the small values tfcheck fills in.",
+        _kwargs),
+]}
+
+
+@dataclass(frozen=True)
+class Declared:
+    value: Any
+    source: str
+
+
+def parse_value(key: str, value: Any, source: str) -> Declared:
+    """Validate one declaration; raise DeclarationError naming the valid keys or the expected syntax."""
+    if key not in KEYS:
+        raise DeclarationError(
+            f"unknown tfcheck declaration {key!r} (from {source}); valid keys are: {', '.join(KEYS)}. "
+            "See docs/declarations.md."
+        )
+    try:
+        return Declared(KEYS[key].parse(value), source)
+    except (ValueError, TypeError) as exc:
+        raise DeclarationError(
+            f"bad value {value!r} for tfcheck declaration {key!r} (from {source}): {exc}. "
+            f"Syntax: {key}={KEYS[key].syntax}"
+        ) from None
+
+
+def parse_assignment(text: str, source: str) -> tuple[str, Declared]:
+    """Parse ``KEY=VALUE`` as given on a command line."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise DeclarationError(f"expected KEY=VALUE, got {text!r} (from {source}); valid keys are: {', '.join(KEYS)}")
+    key = key.strip()
+    return key, parse_value(key, value.strip(), source)
+
+
+def merge(*layers: dict[str, Declared]) -> dict[str, Declared]:
+    """Merge declaration layers given strongest first."""
+    out: dict[str, Declared] = {}
+    for layer in reversed(layers):
+        out.update(layer)
+    return out
+
+
+def from_mapping(mapping: dict[str, Any], source: str) -> dict[str, Declared]:
+    return {k: parse_value(k, v, source) for k, v in mapping.items()}

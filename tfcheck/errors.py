@@ -1,0 +1,21 @@
+"""tfcheck's own exceptions. None of them should reach a user as a bare traceback."""
+from __future__ import annotations
+
+
+class TfcheckError(Exception):
+    """Base class of every error tfcheck raises on purpose."""
+
+
+class UsageError(TfcheckError):
+    """The user asked for something that cannot be done as asked (bad option, bad spec, bad value).
+
+    The message says what happened, where, and what to do.
+    """
+
+
+class SpecError(UsageError):
+    """A model spec that does not import, names nothing, or cannot be constructed."""
+
+
+class DeclarationError(UsageError):
+    """An unknown declaration key or a value of the wrong type."""

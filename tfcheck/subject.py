@@ -1,0 +1,391 @@
+"""The subject: a model plus everything tfcheck knows about it, each fact with its source.
+
+Facts come from declarations first, then from the model's config and forward signature. Nothing here
+looks at the behaviour a check measures: causality, for one, is never guessed from outputs.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from tfcheck import declarations as decl
+from tfcheck.errors import SpecError, UsageError
+from tfcheck.report import Assumption
+from tfcheck.spec import Loaded
+
+#: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).
+PROBE_LENGTH_CAP = 64
+#: The default probe: batch and length distinct from each other and from every small hyper-parameter.
+PROBE_BATCH, PROBE_LENGTH = 3, 7
+#: The target length of seq2seq probes, distinct from the source length.
+TARGET_LENGTH_DELTA = -2
+
+_CONFIG_NAMES = {
+    "vocab_size": ("vocab_size", "n_vocab", "ntoken", "num_tokens", "src_vocab_size"),
+    "output_vocab_size": ("tgt_vocab_size", "vocab_size", "n_vocab", "ntoken", "num_tokens"),
+    "pad_id": ("pad_id", "pad_token_id", "pad_idx", "padding_idx"),
+    "max_len": ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len",
+                "max_seq_length", "context_length", "n_ctx"),
+    "d_model": ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim"),
+}
+_TOKEN_ARGS = ("input_ids", "tokens", "idx", "src", "x", "input", "inputs", "ids", "src_tokens", "token_ids")
+_TARGET_ARGS = ("tgt", "trg", "decoder_input_ids", "tgt_tokens", "target_ids", "dec_input")
+_MASK_ARGS = ("mask", "attention_mask", "src_mask", "key_padding_mask", "src_key_padding_mask", "pad_mask",
+              "padding_mask")
+
+
+@dataclass
+class Subject:
+    """A loaded model and the resolved facts the checks use."""
+
+    loaded: Loaded
+    declared: dict[str, decl.Declared]
+    assumptions: list[Assumption] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.loaded.model
+
+    @property
+    def spec(self) -> str:
+        return self.loaded.spec
+
+    def fact(self, key: str) -> Any:
+        return self.facts.get(key)
+
+    @property
+    def kind(self) -> str | None:
+        return self.facts.get("kind")
+
+    @property
+    def accepted(self) -> dict[str, str]:
+        return self.facts.get("accept") or {}
+
+    def probe_lengths(self) -> tuple[int, ...]:
+        """Lengths that shape checks visit: 1, the default probe, and the capped maximum."""
+        cap = min(self.fact("max_len") or PROBE_LENGTH_CAP, PROBE_LENGTH_CAP)
+        return tuple(sorted({1, min(PROBE_LENGTH, cap), cap}))
+
+    # ----- inputs and outputs --------------------------------------------------------------------
+    def make_inputs(self, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:
+        """Inputs for one forward at (batch, length), from a private generator (global RNG untouched)."""
+        factory = self.facts.get("inputs")
+        if factory is not None:
+            return _call_inputs_factory(factory, batch, length, self.spec)
+        gen = torch.Generator().manual_seed(seed)
+        kind = self.kind
+        if kind == "attention":
+            x = torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
+            return (x, x, x), {}
+        plan = self.facts["call_plan"]
+        args, kwargs = [], {}
+        for name, role in plan:
+            if role == "tokens":
+                value = self._tokens(batch, length, gen)
+            elif role == "features":
+                value = torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
+            elif role == "target_tokens":
+                value = self._tokens(batch, max(1, length + TARGET_LENGTH_DELTA), gen)
+            elif role == "target_features":
+                value = torch.randn(batch, max(1, length + TARGET_LENGTH_DELTA), self.fact("d_model"),
+                                    generator=gen).to(self.device)
+            elif role == "mask":
+                value = self._no_padding_mask(batch, length)
+            else:  # pragma: no cover - call_plan only holds the roles above
+                raise AssertionError(role)
+            if name is None:
+                args.append(value)
+            else:
+                kwargs[name] = value
+        return tuple(args), kwargs
+
+    def _tokens(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+        vocab = self.fact("vocab_size")
+        pad = self.fact("pad_id")
+        # Draw real tokens only: ids from a vocabulary with the pad id taken out.
+        high = vocab - 1 if pad is not None and 0 <= pad < vocab else vocab
+        ids = torch.randint(0, max(high, 1), (batch, length), generator=gen)
+        if pad is not None and 0 <= pad < vocab:
+            ids = ids + (ids >= pad).long()
+        return ids.to(self.device)
+
+    def _no_padding_mask(self, batch: int, length: int) -> torch.Tensor:
+        mask: decl.MaskSpec = self.facts["mask"]
+        if mask.convention == "pad":
+            return torch.zeros(batch, length, dtype=torch.bool, device=self.device)
+        if mask.convention == "additive":
+            return torch.zeros(batch, length, device=self.device)
+        return torch.ones(batch, length, dtype=torch.long, device=self.device)
+
+    @property
+    def device(self) -> torch.device:
+        for t in self.model.parameters():
+            return t.device
+        for t in self.model.buffers():
+            return t.device
+        return torch.device("cpu")
+
+    def extract_output(self, raw: Any) -> torch.Tensor:
+        """The output tensor of a forward's return value, as declared or inferred."""
+        how = self.facts["output"]
+        value = _select_output(raw, how)
+        if not isinstance(value, torch.Tensor):
+            raise UsageError(
+                f"the output selected by output={how!r} is a {type(value).__name__}, not a tensor. Declare "
+                "'output' as the tuple index or the key/attribute of the output tensor (e.g. output=logits)."
+            )
+        return value
+
+    def expected_last_dim(self) -> tuple[int | None, str]:
+        """The last dimension the output should have, and why."""
+        named = self.facts.get("output")
+        if named in ("logits", "lm_logits"):
+            return self.fact("output_vocab_size"), "vocab_size (the output is named logits)"
+        if named in ("last_hidden_state", "hidden_states", "encoder_last_hidden_state"):
+            return self.fact("d_model"), "d_model (the output is named last_hidden_state)"
+        if self.kind in ("decoder", "seq2seq"):
+            return self.fact("output_vocab_size"), f"vocab_size (kind={self.kind} outputs logits)"
+        return self.fact("d_model"), f"d_model (kind={self.kind or 'unknown, treated as encoder'})"
+
+
+def _call_inputs_factory(factory: Any, batch: int, length: int, spec: str) -> tuple[tuple, dict]:
+    result = factory(batch, length)
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        raise UsageError(
+            f"the 'inputs' factory for {spec} returned {type(result).__name__}; it must return (args, kwargs), "
+            "e.g. return (images,), {}"
+        )
+    return tuple(result[0]), result[1]
+
+
+def _select_output(raw: Any, how: str | int) -> Any:
+    if how == "tensor":
+        return raw
+    if isinstance(how, int):
+        return raw[how]
+    if isinstance(raw, dict) and how in raw:
+        return raw[how]
+    if hasattr(raw, how):
+        return getattr(raw, how)
+    raise UsageError(f"the model's output has no key or attribute {how!r}; declare 'output' to select another")
+
+
+# ----- building a subject ---------------------------------------------------------------------------
+
+def build_subject(loaded: Loaded, declared: dict[str, decl.Declared]) -> Subject:
+    subject = Subject(loaded, declared)
+    resolver = _Resolver(subject)
+    resolver.resolve_all()
+    return subject
+
+
+class _Resolver:
+    """Resolves each fact from declarations, then config, then structure, recording every source."""
+
+    def __init__(self, subject: Subject):
+        self.s = subject
+        self.model = subject.model
+        self.config = getattr(self.model, "config", None)
+        self.params = _forward_params(self.model)
+
+    def set(self, key: str, value: Any, source: str, show: bool = True) -> None:
+        self.s.facts[key] = value
+        if show:
+            self.s.assumptions.append(Assumption(key, value if not callable(value) else repr(value), source))
+
+    def declared(self, key: str) -> bool:
+        d = self.s.declared.get(key)
+        if d is None:
+            return False
+        value = d.value
+        if key == "inputs" and isinstance(value, str):
+            from tfcheck.spec import import_target, resolve_attr, split_spec
+
+            target, attr = split_spec(value)
+            value = resolve_attr(import_target(target), target, attr)
+        self.set(key, value, d.source, show=key not in ("accept", "kwargs"))
+        return True
+
+    def resolve_all(self) -> None:
+        if self.s.loaded.filled:
+            self.s.assumptions.append(Assumption(
+                "constructor arguments", {k: _brief(v) for k, v in self.s.loaded.filled.items()},
+                "filled by tfcheck with small values (override with the 'kwargs' declaration)"))
+        for key in ("accept", "inputs"):
+            self.declared(key)
+        self.kind()
+        self.from_config("vocab_size")
+        self.from_config("output_vocab_size", fallback=self.s.facts.get("vocab_size"))
+        self.from_config("pad_id", embedding_attr="padding_idx")
+        self.from_config("max_len")
+        self.from_config("d_model", embedding_attr="embedding_dim")
+        self.causal()
+        self.mask()
+        self.call_plan()
+        self.output()
+
+    def kind(self) -> None:
+        if self.declared("kind"):
+            return
+        cfg = self.config
+        if cfg is not None and getattr(cfg, "is_encoder_decoder", False) is True:
+            return self.set("kind", "seq2seq", "config.is_encoder_decoder = True")
+        if cfg is not None and getattr(cfg, "is_decoder", False) is True:
+            return self.set("kind", "decoder", "config.is_decoder = True")
+        cls = type(self.model).__name__
+        if cfg is not None and (cls.endswith("ForCausalLM") or cls.endswith("LMHeadModel")):
+            return self.set("kind", "decoder", f"Hugging Face causal-LM class ({cls}) with a config")
+        names = set(self.params)
+        if {"query", "key", "value"} <= names:
+            return self.set("kind", "attention", "forward takes (query, key, value)")
+        if names & set(_TARGET_ARGS):
+            return self.set("kind", "seq2seq", f"forward takes a target argument ({sorted(names & set(_TARGET_ARGS))[0]})")
+        self.set("kind", None, "unknown: nothing declares it; treated as an encoder for output shapes. "
+                 "Declare kind=encoder|decoder|seq2seq|attention")
+
+    def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None) -> None:
+        if key in self.s.declared:
+            self.declared(key)
+            return
+        for holder, prefix in ((self.config, "config"), (self.model, "model")):
+            if holder is None:
+                continue
+            for name in _CONFIG_NAMES[key]:
+                value = getattr(holder, name, None)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return self.set(key, value, f"{prefix}.{name}")
+        if embedding_attr:
+            found = _first_embedding(self.model)
+            if found is not None and getattr(found[1], embedding_attr) is not None:
+                return self.set(key, getattr(found[1], embedding_attr),
+                                f"nn.Embedding '{found[0]}'.{embedding_attr}")
+        if key == "vocab_size":
+            found = _first_embedding(self.model)
+            if found is not None:
+                return self.set(key, found[1].num_embeddings, f"nn.Embedding '{found[0]}'.num_embeddings")
+        if fallback is not None:
+            return self.set(key, fallback, "same as vocab_size", show=False)
+        self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
+
+    def causal(self) -> None:
+        if self.declared("causal"):
+            return
+        kind = self.s.facts.get("kind")
+        if kind in ("decoder", "seq2seq"):
+            return self.set("causal", True, f"kind={kind}" + (" (the decoder side)" if kind == "seq2seq" else ""))
+        if kind == "encoder":
+            return self.set("causal", False, "kind=encoder")
+        self.set("causal", None, "unknown: declare causal=true or causal=false")
+
+    def mask(self) -> None:
+        if self.declared("mask"):
+            return
+        for name in self.params:
+            if name in ("attention_mask",):
+                return self.set("mask", decl.MaskSpec(name, "keep"), "forward argument named attention_mask "
+                                "(Hugging Face convention: 1 = real token)")
+            if name in ("src_key_padding_mask", "key_padding_mask"):
+                return self.set("mask", decl.MaskSpec(name, "pad"),
+                                f"forward argument named {name} (torch convention: True = padding)")
+        for name in self.params:
+            if name in _MASK_ARGS:
+                return self.set("mask", decl.MaskSpec(name, "keep"),
+                                f"forward argument named {name}; convention unknown, assumed keep "
+                                f"(1 = real token). Declare mask={name}:pad or {name}:additive if not")
+        self.set("mask", decl.MaskSpec(None, "none"), "no mask argument in forward")
+
+    def call_plan(self) -> None:
+        """Which forward parameters get which probe tensor: (name or None for positional, role)."""
+        if self.s.facts.get("inputs") is not None or self.s.facts.get("kind") == "attention":
+            self.s.facts["call_plan"] = []
+            if self.s.facts.get("kind") == "attention" and self.s.fact("d_model") is None:
+                raise SpecError(f"{self.s.spec} is an attention module but its width is unknown: declare d_model=INT")
+            return
+        features = _first_embedding(self.model) is None
+        if features and self.s.fact("d_model") is None:
+            raise SpecError(
+                f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
+                "d_model=INT, or declare inputs=module:factory to build its inputs")
+        if features:
+            self.set("inputs", "float features (batch, length, d_model)", "the model has no nn.Embedding", show=True)
+            self.s.facts["inputs"] = None
+        plan: list[tuple[str | None, str]] = []
+        mask: decl.MaskSpec = self.s.facts["mask"]
+        params = list(self.params.items())
+        for i, (name, param) in enumerate(params):
+            required = param.default is inspect.Parameter.empty
+            positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and all(
+                p.default is inspect.Parameter.empty for _, p in params[:i])
+            slot = None if positional else name
+            if i == 0:
+                plan.append((slot, "features" if features else "tokens"))
+            elif name in _TARGET_ARGS or (self.s.facts.get("kind") == "seq2seq" and i == 1 and required):
+                plan.append((slot, "target_features" if features else "target_tokens"))
+            elif required and name == mask.argument:
+                plan.append((slot, "mask"))
+            elif required:
+                raise SpecError(
+                    f"{self.s.spec}.forward requires argument {name!r}, which tfcheck cannot build. Declare "
+                    f"inputs=module:factory (fn(batch, length) -> (args, kwargs)), or mask={name}:keep if it is "
+                    "the padding mask.")
+        if not plan:
+            raise SpecError(f"{self.s.spec}.forward takes no arguments; declare inputs=module:factory")
+        self.s.facts["call_plan"] = plan
+
+    def output(self) -> None:
+        if self.declared("output"):
+            return
+        self.set("output", "auto", "inferred from the first forward's return value", show=False)
+
+
+def infer_output(subject: Subject, raw: Any) -> None:
+    """Settle output='auto' from a forward's return value (the structure, not the values)."""
+    if subject.facts.get("output") != "auto":
+        return
+    how, why = _infer_output(raw)
+    subject.facts["output"] = how
+    subject.assumptions.append(Assumption("output", how, why))
+
+
+def _infer_output(raw: Any) -> tuple[str | int, str]:
+    if isinstance(raw, torch.Tensor):
+        return "tensor", "forward returns a tensor"
+    for name in ("logits", "last_hidden_state"):
+        if (isinstance(raw, dict) and isinstance(raw.get(name), torch.Tensor)) or \
+                isinstance(getattr(raw, name, None), torch.Tensor):
+            return name, f"forward returns an object with {name!r}"
+    if isinstance(raw, (tuple, list)):
+        for i, v in enumerate(raw):
+            if isinstance(v, torch.Tensor):
+                return i, f"first tensor of the returned {type(raw).__name__} (declare output=INDEX if not)"
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            if isinstance(v, torch.Tensor) and isinstance(k, str):
+                return k, f"first tensor value of the returned dict (declare output=KEY if not)"
+    raise UsageError(
+        f"the model returned a {type(raw).__name__} with no tensor tfcheck can find; declare 'output' (a tuple "
+        "index or a key/attribute name of the output tensor)")
+
+
+def _forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return {}
+    return {n: p for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding):
+            return name, module
+    return None
+
+
+def _brief(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str, bool, type(None))) else type(v).__name__ + "(small sizes)"
