@@ -1,0 +1,42 @@
+"""The public API for users' own tests: run the battery, and assert that it passed."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from tfcheck import declarations as decl
+from tfcheck.project_config import declarations_for, find_pyproject
+from tfcheck.report import Report
+
+
+def run_checks(model_or_spec: Any, *, only: Iterable[str] | None = None, **declarations: Any) -> Report:
+    """Run the battery on a model and return its report.
+
+    ``model_or_spec`` is a spec string (``"mymodel:Model"`` or ``"path/model.py:build"``), an ``nn.Module``
+    subclass or factory, or a module instance. Keyword arguments are declarations (``kind="decoder"``,
+    ``mask="attention_mask:keep"``, ``accept={"shape.contract": "returns pooled output"}``; see
+    docs/declarations.md); they outrank pyproject entries and the model's ``__tfcheck__``.
+    ``only`` limits the run to some check ids (forward.smoke always runs first).
+
+    The model is left exactly as it was. Bad input raises :class:`tfcheck.UsageError` with what to do.
+    """
+    from tfcheck.engine import load_subject, run_model
+
+    strong = decl.from_mapping(declarations, "run_checks() argument")
+    if isinstance(model_or_spec, str):
+        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
+    subject = load_subject(model_or_spec, strong)
+    return Report([run_model(subject, only)])
+
+
+def assert_checks_pass(report_or_model: Any, *, strict: bool = False, **declarations: Any) -> Report:
+    """Assert that a report (or a model, checked now) has no failure; with ``strict`` no warning either.
+
+    Raises AssertionError whose message is the rendered findings.
+    """
+    report = report_or_model if isinstance(report_or_model, Report) else run_checks(report_or_model, **declarations)
+    if report.failed(strict=strict):
+        from tfcheck.render import render_text
+
+        raise AssertionError("tfcheck found problems:\n" + render_text(report, only_problems=True))
+    return report

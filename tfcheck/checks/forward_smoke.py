@@ -1,0 +1,25 @@
+"""forward.smoke: the model can be called once at the probe size. Runs first; when it fails, every other
+check is skipped as blocked, instead of failing twenty times with the same error."""
+from __future__ import annotations
+
+from tfcheck.findings import Finding, Location
+from tfcheck.registry import check
+from tfcheck.status import Status
+from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+
+ID = "forward.smoke"
+
+
+@check(ID, "the model runs one forward at the probe size", rows=("forward-fails", "mat1-mat2-shapes",
+                                                                   "tensor-size-mismatch"))
+def forward_smoke(ctx) -> list[Finding]:
+    """Call the model once on inputs of batch 3 and length 7 (distinct, so no axis can pass for another)
+    and select its output tensor. A model that raises fails with the innermost module, the shapes it
+    received and the troubleshooting row of the error message."""
+    length = min(PROBE_LENGTH, ctx.subject.probe_lengths()[-1])
+    probe = ctx.forward(PROBE_BATCH, length)
+    out = probe.output
+    return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length} returned "
+                    f"{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
+                    Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
+                                          "output_dtype": str(out.dtype)})]

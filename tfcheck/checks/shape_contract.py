@@ -1,0 +1,85 @@
+"""shape.contract: for several batch sizes and lengths the output has the expected shape and dtype, and
+is finite."""
+from __future__ import annotations
+
+import torch
+
+from tfcheck.findings import Finding, Location
+from tfcheck.registry import check
+from tfcheck.status import Status
+from tfcheck.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+
+ID = "shape.contract"
+
+
+@check(ID, "output shape, dtype and finiteness at several batch sizes and lengths",
+       rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails"))
+def shape_contract(ctx) -> list[Finding]:
+    """Run batch 1 and batch 3 at length 1, the probe length and the capped maximum, and compare each
+    output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
+    for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
+    parameters' floating dtype; and require every value to be finite."""
+    subject = ctx.subject
+    last_dim, why = subject.expected_last_dim()
+    param_dtype = _param_dtype(subject.model)
+    findings = []
+    for batch, length in _probe_sizes(subject.probe_lengths()):
+        probe = ctx.forward(batch, length)
+        findings.append(_judge(probe.output, batch, _output_length(subject, length), last_dim, why, param_dtype))
+    return findings
+
+
+def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Batch 3 and batch 1 alternating over the lengths, and the longest at both batch sizes."""
+    sizes = [(PROBE_BATCH if i % 2 == 0 else 1, n) for i, n in enumerate(lengths)]
+    sizes.append((1 if sizes[-1][0] == PROBE_BATCH else PROBE_BATCH, lengths[-1]))
+    return sizes
+
+
+def _output_length(subject, length: int) -> int:
+    return max(1, length + TARGET_LENGTH_DELTA) if subject.kind == "seq2seq" and subject.facts.get("inputs") is None \
+        else length
+
+
+def _param_dtype(model) -> torch.dtype | None:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return None
+
+
+def _judge(out: torch.Tensor, batch: int, length: int, last_dim: int | None, why: str,
+           param_dtype: torch.dtype | None) -> Finding:
+    shape = tuple(out.shape)
+    expected = (batch, length, last_dim if last_dim is not None else "*")
+    evidence = {"batch": batch, "length": length, "output_shape": shape, "expected_shape": expected,
+                "last_dim_from": why, "dtype": str(out.dtype)}
+    where = Location(module="")
+    matches = len(shape) == 3 and shape[:2] == (batch, length) and (last_dim is None or shape[2] == last_dim)
+    if not matches:
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has shape {shape}; expected "
+                       f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last_dim),
+                       where, evidence, row="output-shape")
+    if not out.is_floating_point() or (param_dtype is not None and out.dtype != param_dtype):
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output dtype is {out.dtype}; "
+                       f"expected the parameters' dtype {param_dtype}", where, evidence, row="output-shape")
+    bad = ~torch.isfinite(out)
+    if bad.any():
+        n_nan, n_inf = int(torch.isnan(out).sum()), int(torch.isinf(out).sum())
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        evidence.update(nan=n_nan, inf=n_inf, first_non_finite_index=first, tolerance="0 non-finite values")
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has {n_nan} NaN and {n_inf} Inf "
+                       f"values of {out.numel()} (first at index {first}, i.e. sample {first[0]}, position "
+                       f"{first[1]})", where, evidence, row="loss-nan")
+    return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape} {str(out.dtype).replace('torch.', '')}, "
+                   "finite", where, evidence)
+
+
+def _shape_hint(shape: tuple, batch: int, length: int, last_dim: int | None) -> str:
+    if len(shape) == 3 and shape[:2] == (length, batch):
+        return "; batch and length are swapped (batch_first mismatch, or a missing transpose)"
+    if len(shape) == 2 and shape[0] == batch:
+        return "; the length axis is gone (only one position returned, or pooled)"
+    if len(shape) == 3 and shape[:2] == (batch, length) and last_dim is not None:
+        return f"; last dim {shape[2]} where {last_dim} was expected"
+    return ""

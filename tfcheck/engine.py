@@ -1,0 +1,138 @@
+"""The engine: load a subject, run the battery on it (forward.smoke first), and collect a report.
+Every exception is caught here: from the model it becomes a failed finding, from tfcheck an error finding."""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+from tfcheck import declarations as decl
+from tfcheck.context import CheckContext, ModelRaised
+from tfcheck.errors import DeclarationError, SpecError, UsageError
+from tfcheck.findings import Finding
+from tfcheck.guard import preserved
+from tfcheck.registry import Check, all_checks
+from tfcheck.report import CheckResult, ModelReport
+from tfcheck.status import Status
+from tfcheck.subject import Subject, build_subject
+
+SMOKE = "forward.smoke"
+BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
+
+
+def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = None,
+                 base: Path | None = None) -> Subject:
+    """Build the subject from a spec string, a module class / factory, or an instance.
+
+    ``strong`` holds the declarations that outrank the model's own ``__tfcheck__`` (command line,
+    pyproject, run_checks arguments), already merged strongest first.
+    """
+    import torch.nn as nn
+
+    from tfcheck import spec as spec_mod
+
+    strong = dict(strong or {})
+    if isinstance(model_or_spec, str):
+        target, attr = spec_mod.split_spec(model_or_spec)
+        origin = spec_mod.resolve_attr(spec_mod.import_target(target, base), target, attr)
+        label = model_or_spec
+    else:
+        origin = model_or_spec
+        name = getattr(origin, "__name__", type(origin).__name__)
+        label = f"<{name} instance>" if isinstance(origin, nn.Module) else name
+    merged = decl.merge(strong, _own_declarations(origin, label))
+    loaded = spec_mod.build(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
+    if loaded.model is not origin:
+        # An instance may carry its own __tfcheck__ that follows its constructor arguments (e.g. pad_id).
+        merged = decl.merge(strong, _own_declarations(loaded.model, label))
+    return build_subject(loaded, merged)
+
+
+def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
+    mapping = getattr(obj, "__tfcheck__", None)
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, dict):
+        raise DeclarationError(f"__tfcheck__ on {label} must be a dict of declarations, not {type(mapping).__name__}")
+    return decl.from_mapping(mapping, f"__tfcheck__ on {getattr(obj, '__name__', type(obj).__name__)}")
+
+
+def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> list[Check]:
+    checks = [c for c in all_checks() if c.applies_to(subject.kind)]
+    if only is not None:
+        wanted = set(only)
+        known = {c.id for c in all_checks()}
+        unknown = wanted - known
+        if unknown:
+            raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
+        checks = [c for c in checks if c.id in wanted or c.id == SMOKE]
+    _validate_accept(subject)
+    return checks
+
+
+def _validate_accept(subject: Subject) -> None:
+    known = {c.id for c in all_checks()}
+    unknown = set(subject.accepted) - known
+    if unknown:
+        raise DeclarationError(
+            f"'accept' names unknown check(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
+
+
+def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
+    report = ModelReport(subject.spec, assumptions=subject.assumptions)
+    smoke: CheckResult | None = None
+    for chk in applicable_checks(subject, only):
+        if chk.id != SMOKE and smoke is not None and smoke.status in (Status.FAIL, Status.ERROR):
+            result = blocked(chk, smoke)
+        else:
+            result = run_check(subject, chk)
+        if chk.id == SMOKE:
+            smoke = result
+        if only is None or chk.id in set(only) or chk.id == SMOKE:
+            report.results.append(result)
+    return report
+
+
+def blocked(chk: Check, smoke: CheckResult) -> CheckResult:
+    reason = smoke.findings[0].message if smoke.findings else "forward.smoke failed"
+    return CheckResult(chk.id, chk.title, [Finding(chk.id, Status.SKIP, f"blocked by {SMOKE}: {reason}",
+                                                   evidence={"blocked_by": SMOKE})])
+
+
+def run_check(subject: Subject, chk: Check) -> CheckResult:
+    """Run one check with the model in eval mode, and leave the model as it was."""
+    ctx = CheckContext(subject)
+    start = time.perf_counter()
+    with preserved(subject.model):
+        subject.model.eval()
+        findings = _findings(ctx, chk)
+    findings = [_accept(f, subject.accepted) for f in findings]
+    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
+
+
+def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
+    try:
+        findings = list(chk.func(ctx))
+    except ModelRaised as raised:
+        e = raised.explanation
+        return [Finding(chk.id, Status.FAIL, e.message, e.location, e.evidence, e.row)]
+    except UsageError as exc:
+        return [Finding(chk.id, Status.FAIL, str(exc), row="forward-fails")]
+    except Exception as exc:  # tfcheck itself broke: say so, never crash the run
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return [Finding(chk.id, Status.ERROR, f"{chk.id} raised {type(exc).__name__}: {exc} — {BUG_REPORT}",
+                        evidence={"traceback": "".join(tb[-6:])})]
+    if not findings:
+        return [Finding(chk.id, Status.ERROR, f"{chk.id} returned no finding — {BUG_REPORT}")]
+    return findings
+
+
+def _accept(finding: Finding, accepted: dict[str, str]) -> Finding:
+    reason = accepted.get(finding.check)
+    if reason is None or finding.status is not Status.FAIL:
+        return finding
+    return finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
+
+
+__all__ = ["load_subject", "run_model", "run_check", "applicable_checks", "SpecError"]

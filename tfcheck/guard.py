@@ -1,0 +1,64 @@
+"""Leave the model exactly as it was: parameters, buffers, gradients, train/eval mode, requires_grad,
+hooks and the random number generators are restored after every check, whatever the check or the model did."""
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Iterator
+
+import torch
+import torch.nn as nn
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+               "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+@contextlib.contextmanager
+def preserved(model: nn.Module) -> Iterator[None]:
+    modes = [(m, m.training) for m in model.modules()]
+    params = list(model.named_parameters())
+    flags = [(p, p.requires_grad, p.grad) for _, p in params]
+    values = {id(t): t.detach().clone() for _, t in params}
+    buffers = [(b, b.detach().clone()) for _, b in model.named_buffers()]
+    hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
+    py_state = random.getstate()
+    np_state = _numpy_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(py_state)
+        _set_numpy_state(np_state)
+        with torch.no_grad():
+            for _, p in params:
+                if not torch.equal(p.detach(), values[id(p)]):
+                    p.copy_(values[id(p)])
+            for b, saved in buffers:
+                if b.shape == saved.shape and not torch.equal(b, saved):
+                    b.copy_(saved)
+        for p, requires_grad, grad in flags:
+            p.requires_grad_(requires_grad)
+            p.grad = grad
+        for m, training in modes:
+            m.training = training
+        for m, saved_hooks in hooks:
+            for d, entries in saved_hooks.items():
+                current = getattr(m, d, None)
+                if current is not None and dict(current) != entries:
+                    current.clear()
+                    current.update(entries)
+
+
+def _numpy_state():
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return None
+    return np.random.get_state()
+
+
+def _set_numpy_state(state) -> None:
+    if state is not None:
+        import numpy as np
+
+        np.random.set_state(state)

@@ -1,0 +1,53 @@
+"""The registry of checks. A check is a small function ``fn(ctx) -> list[Finding]`` registered with an id
+(``family.name``), a title, the kinds of model it applies to and the troubleshooting rows it reports.
+
+Adding a check: a new module in ``tfcheck/checks/`` with one ``@check(...)`` function, its module name in
+``tfcheck/checks/__init__.py``, and its rows in ``tfcheck/data/table.toml``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+ALL_KINDS = frozenset({"encoder", "decoder", "seq2seq", "attention", None})
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    kinds: frozenset
+    rows: tuple[str, ...]
+    func: Callable
+    doc: str
+
+    def applies_to(self, kind: str | None) -> bool:
+        return kind in self.kinds
+
+
+_REGISTRY: dict[str, Check] = {}
+
+
+def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS) -> Callable:
+    """Register a check function under ``id``. The order of registration is the order of the battery."""
+    def register(func: Callable) -> Callable:
+        if id in _REGISTRY:
+            raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
+        _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip())
+        return func
+    return register
+
+
+def all_checks() -> list[Check]:
+    import tfcheck.checks  # noqa: F401  (registers the battery)
+
+    return list(_REGISTRY.values())
+
+
+def get(check_id: str) -> Check:
+    checks = {c.id: c for c in all_checks()}
+    if check_id not in checks:
+        from tfcheck.errors import UsageError
+
+        raise UsageError(f"unknown check {check_id!r}; checks are: {', '.join(checks)} (see `tfcheck list`)")
+    return checks[check_id]
