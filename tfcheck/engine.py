@@ -66,7 +66,7 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
         unknown = wanted - known
         if unknown:
             raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
-        checks = [c for c in checks if c.id in wanted or c.id == SMOKE]
+        checks = [c for c in checks if c.id in wanted]
     _validate_accept(subject)
     return checks
 
@@ -79,19 +79,32 @@ def _validate_accept(subject: Subject) -> None:
             f"'accept' names unknown check(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
 
 
-def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
-    report = ModelReport(subject.spec, assumptions=subject.assumptions)
-    smoke: CheckResult | None = None
-    for chk in applicable_checks(subject, only):
-        if chk.id != SMOKE and smoke is not None and smoke.status in (Status.FAIL, Status.ERROR):
-            result = blocked(chk, smoke)
-        else:
-            result = run_check(subject, chk)
+class Runner:
+    """Runs checks of one subject one at a time (the pytest plugin runs one per item), with forward.smoke
+    run first and once: when it fails, every other check is skipped as blocked by it."""
+
+    def __init__(self, subject: Subject):
+        self.subject = subject
+        self._smoke: CheckResult | None = None
+
+    def result(self, chk: Check) -> CheckResult:
         if chk.id == SMOKE:
-            smoke = result
-        if only is None or chk.id in set(only) or chk.id == SMOKE:
-            report.results.append(result)
-    return report
+            return self.smoke()
+        smoke = self.smoke()
+        if smoke.status in (Status.FAIL, Status.ERROR):
+            return blocked(chk, smoke)
+        return run_check(self.subject, chk)
+
+    def smoke(self) -> CheckResult:
+        if self._smoke is None:
+            self._smoke = run_check(self.subject, next(c for c in all_checks() if c.id == SMOKE))
+        return self._smoke
+
+
+def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
+    runner = Runner(subject)
+    results = [runner.result(chk) for chk in applicable_checks(subject, only)]
+    return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
 
 
 def blocked(chk: Check, smoke: CheckResult) -> CheckResult:

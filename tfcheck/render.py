@@ -101,7 +101,7 @@ def render_finding(f: Finding, width: int = 100, color: bool = False) -> str:
 def table_view(lang: str = "en") -> Table:
     t = Table(title="tfcheck troubleshooting table", show_lines=True)
     for col in ("id", "symptom", "likely causes", "fixes", "checks"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for r in tt.rows().values():
         symptom, causes, fixes = r.text(lang)
         t.add_row(r.id, symptom, "\n".join(causes), "\n".join(fixes), "\n".join(r.checks) or "-")
@@ -111,8 +111,26 @@ def table_view(lang: str = "en") -> Table:
 def checks_view(checks) -> Table:
     t = Table(title="tfcheck checks", show_lines=False)
     for col in ("id", "title", "applies to", "rows"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for c in checks:
         kinds = ", ".join(sorted(k or "unknown" for k in c.kinds))
         t.add_row(c.id, c.title, kinds, ", ".join(c.rows))
     return t
+
+
+def summary_view(report: Report):
+    """The pytest terminal summary: one line per model, then the problems with their rows."""
+    t = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    for col in ("model", "status", "pass", "warn", "fail", "skip", "accepted"):
+        t.add_column(col, no_wrap=col != "model")
+    for m in report.models:
+        counts = {s: sum(1 for r in m.results if r.status is s) for s in Status}
+        t.add_row(escape(m.spec), _status_text(m.status), str(counts[Status.PASS]), str(counts[Status.WARN]),
+                  str(counts[Status.FAIL] + counts[Status.ERROR]), str(counts[Status.SKIP]),
+                  str(counts[Status.ACCEPTED]))
+    parts = [t]
+    for m in report.models:
+        for f in _problems(list(m.findings())):
+            parts.append(Text.assemble(_status_text(f.status), f" {m.spec} {f.check}: ", f.message,
+                                       (f"  -> table row [{f.row}]" if f.row else "", "dim")))
+    return Group(*parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH, TARGET_LENGTH_DELTA
 
 ID = "forward.smoke"
 
@@ -19,7 +19,11 @@ def forward_smoke(ctx) -> list[Finding]:
     length = min(PROBE_LENGTH, ctx.subject.probe_lengths()[-1])
     probe = ctx.forward(PROBE_BATCH, length)
     out = probe.output
-    return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length} returned "
+    return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} returned "
                     f"{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
                     Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
                                           "output_dtype": str(out.dtype)})]
+
+
+def _target_note(subject, length: int) -> str:
+    return f" (target length {max(1, length + TARGET_LENGTH_DELTA)})" if subject.kind == "seq2seq" else ""

@@ -22,11 +22,37 @@ def shape_contract(ctx) -> list[Finding]:
     subject = ctx.subject
     last_dim, why = subject.expected_last_dim()
     param_dtype = _param_dtype(subject.model)
-    findings = []
+    verdicts = []
     for batch, length in _probe_sizes(subject.probe_lengths()):
         probe = ctx.forward(batch, length)
-        findings.append(_judge(probe.output, batch, _output_length(subject, length), last_dim, why, param_dtype))
-    return findings
+        verdicts.append(_judge(probe.output, batch, _output_length(subject, length), last_dim, why, param_dtype))
+    return _grouped(verdicts)
+
+
+def _grouped(verdicts: list[Finding]) -> list[Finding]:
+    """One finding per distinct problem (the first size that shows it, the other sizes in evidence), or one
+    pass that lists every size checked."""
+    problems: dict[str, list[Finding]] = {}
+    for v in verdicts:
+        if v.status is not Status.PASS:
+            problems.setdefault(v.evidence["problem"], []).append(v)
+    if not problems:
+        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in verdicts]
+        last = verdicts[-1]
+        last_dim = last.evidence["expected_shape"][2]
+        return [Finding(ID, Status.PASS, f"output is (batch, length, {last_dim}), "
+                        f"{last.evidence['dtype'].replace('torch.', '')} and finite at output batch x length "
+                        f"{', '.join(sizes)}", last.location,
+                        {"sizes": sizes, "last_dim_from": last.evidence["last_dim_from"],
+                         "checked": [v.evidence for v in verdicts]})]
+    out = []
+    for group in problems.values():
+        first = group[0]
+        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in group]
+        evidence = {**first.evidence, "failing_sizes": sizes}
+        also = f" (also at {', '.join(sizes[1:])})" if len(sizes) > 1 else ""
+        out.append(Finding(ID, first.status, first.message + also, first.location, evidence, first.row))
+    return out
 
 
 def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -53,26 +79,28 @@ def _judge(out: torch.Tensor, batch: int, length: int, last_dim: int | None, why
     shape = tuple(out.shape)
     expected = (batch, length, last_dim if last_dim is not None else "*")
     evidence = {"batch": batch, "length": length, "output_shape": shape, "expected_shape": expected,
-                "last_dim_from": why, "dtype": str(out.dtype)}
+                "last_dim_from": why, "dtype": str(out.dtype), "problem": None}
     where = Location(module="")
     matches = len(shape) == 3 and shape[:2] == (batch, length) and (last_dim is None or shape[2] == last_dim)
     if not matches:
+        evidence["problem"] = "shape"
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has shape {shape}; expected "
                        f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last_dim),
                        where, evidence, row="output-shape")
     if not out.is_floating_point() or (param_dtype is not None and out.dtype != param_dtype):
+        evidence["problem"] = "dtype"
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output dtype is {out.dtype}; "
                        f"expected the parameters' dtype {param_dtype}", where, evidence, row="output-shape")
     bad = ~torch.isfinite(out)
     if bad.any():
         n_nan, n_inf = int(torch.isnan(out).sum()), int(torch.isinf(out).sum())
         first = tuple(int(i) for i in bad.nonzero()[0])
-        evidence.update(nan=n_nan, inf=n_inf, first_non_finite_index=first, tolerance="0 non-finite values")
+        evidence.update(problem="non-finite", nan=n_nan, inf=n_inf, first_non_finite_index=first,
+                        tolerance="0 non-finite values")
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has {n_nan} NaN and {n_inf} Inf "
                        f"values of {out.numel()} (first at index {first}, i.e. sample {first[0]}, position "
                        f"{first[1]})", where, evidence, row="loss-nan")
-    return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape} {str(out.dtype).replace('torch.', '')}, "
-                   "finite", where, evidence)
+    return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape}", where, evidence)
 
 
 def _shape_hint(shape: tuple, batch: int, length: int, last_dim: int | None) -> str:

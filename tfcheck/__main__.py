@@ -1,0 +1,5 @@
+import sys
+
+from tfcheck.cli import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""The command line: ``tfcheck check [SPEC ...]``, ``tfcheck list``, ``tfcheck table``.
+
+Exit codes: 0 no failure; 1 a failure (or a warning under --strict); 2 bad usage or a model that cannot
+be loaded; 3 tfcheck itself broke.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tfcheck.errors import TfcheckError
+
+#: What `tfcheck check` runs with no spec: the bundled reference Transformers.
+REFERENCE_SPECS = ("reference_model:TransformerEncoder", "reference_model:TransformerLM",
+                   "reference_model:Seq2SeqTransformer")
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfcheck", description="Diagnostics for Transformer implementations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="run the battery on models (default: the bundled reference models)")
+    check.add_argument("specs", nargs="*", metavar="SPEC", help="MODULE:ATTR or path/to/file.py:ATTR")
+    check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="declarations",
+                       help="a declaration for every model given, e.g. kind=decoder (repeatable)")
+    check.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
+    check.add_argument("--only", metavar="IDS", help="comma-separated check ids to run (forward.smoke runs first)")
+    check.add_argument("--strict", action="store_true", help="warnings count as failures")
+    check.add_argument("--all", action="store_true", help="also every model in [[tool.tfcheck.models]]")
+    sub.add_parser("list", help="list the checks and the declaration keys")
+    table = sub.add_parser("table", help="print the troubleshooting table")
+    table.add_argument("--lang", choices=("en", "zh"), default="en", help="language (zh: the source wording)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.command == "list":
+            return _list()
+        return _table(args.lang)
+    except TfcheckError as exc:
+        print(f"tfcheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _check(args) -> int:
+    from tfcheck import declarations as decl
+    from tfcheck.engine import load_subject, run_model
+    from tfcheck.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.render import render_text
+    from tfcheck.report import Report
+    from tfcheck.status import Status
+
+    cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
+    pyproject = find_pyproject(Path.cwd())
+    specs = list(args.specs) or ([] if args.all else list(REFERENCE_SPECS))
+    if args.all:
+        specs += [s for s, _ in model_entries(pyproject) if s not in specs]
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    report = Report()
+    for spec in specs:
+        subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
+        report.models.append(run_model(subject, only))
+    sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
+    if args.json:
+        Path(args.json).write_text(report.to_json(), encoding="utf-8")
+    if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
+        return EXIT_ERROR
+    return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK
+
+
+def _list() -> int:
+    from tfcheck.declarations import KEYS
+    from tfcheck.registry import all_checks
+    from tfcheck.render import checks_view, to_string
+    from rich.table import Table
+
+    keys = Table(title="declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)")
+    for col in ("key", "syntax", "meaning"):
+        keys.add_column(col)
+    for k in KEYS.values():
+        keys.add_row(k.name, k.syntax, k.doc)
+    sys.stdout.write(to_string(checks_view(all_checks()), width=_width()) + to_string(keys, width=_width()))
+    return EXIT_OK
+
+
+def _table(lang: str) -> int:
+    from tfcheck.render import table_view, to_string
+
+    sys.stdout.write(to_string(table_view(lang), width=_width()))
+    return EXIT_OK
+
+
+def _width() -> int:
+    import shutil
+
+    return max(80, shutil.get_terminal_size((100, 24)).columns)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The pytest plugin: ``pytest --tfcheck SPEC`` runs the battery as one test item per check per model.
+
+Only wiring lives here; the library does the work. Importing this module does not import torch: that
+happens when a model is collected, so ``pytest --help`` stays fast.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfcheck.errors import TfcheckError
+
+PROPERTY = "tfcheck"
+
+
+class TfcheckWarning(UserWarning):
+    """A check found something suspicious for which legitimate designs exist (status ``warn``)."""
+
+
+class TfcheckFailure(Exception):
+    """Raised by an item whose check failed; rendered by ``repr_failure`` without a traceback."""
+
+    def __init__(self, result):
+        super().__init__(result.check)
+        self.result = result
+
+
+class TfcheckLoadError(Exception):
+    """A model that cannot be loaded: shown as a collection error with the message only."""
+
+
+@dataclass
+class PluginState:
+    specs: list[tuple[str, dict]]  # (spec, declarations from pyproject for it)
+    cli: dict
+    strict: bool
+    json_path: Path | None
+    invocation_dir: Path
+    results: list[dict] = field(default_factory=list)  # payloads from test reports, xdist-safe
+
+
+STATE = pytest.StashKey[PluginState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tfcheck", "Transformer diagnostics (tfcheck)")
+    group.addoption("--tfcheck", action="append", default=[], metavar="SPEC",
+                    help="run the tfcheck battery on a model: MODULE:ATTR or path/to/file.py:ATTR (repeatable)")
+    group.addoption("--tfcheck-all", action="store_true",
+                    help="run the tfcheck battery on every model in [[tool.tfcheck.models]] of pyproject.toml")
+    group.addoption("--tfcheck-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a declaration for every --tfcheck model, e.g. kind=decoder (see `tfcheck list`)")
+    group.addoption("--tfcheck-strict", action="store_true", help="tfcheck warnings fail their items")
+    group.addoption("--tfcheck-json", metavar="PATH", help="write the tfcheck report as JSON to PATH")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    opt = config.option
+    if not (opt.tfcheck or opt.tfcheck_all):
+        return
+    from tfcheck import declarations as decl
+    from tfcheck.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.spec import split_spec
+
+    try:
+        cli = dict(decl.parse_assignment(text, "--tfcheck-set") for text in opt.tfcheck_set)
+        pyproject = find_pyproject(config.rootpath)
+        specs = [(s, declarations_for(s, pyproject)) for s in opt.tfcheck]
+        if opt.tfcheck_all:
+            entries = model_entries(pyproject)
+            if not entries:
+                raise TfcheckError(f"--tfcheck-all: no [[tool.tfcheck.models]] entries in "
+                                   f"{pyproject or 'pyproject.toml (none found)'}")
+            specs += [e for e in entries if e[0] not in opt.tfcheck]
+        for spec, _ in specs:
+            split_spec(spec)
+    except TfcheckError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    state = PluginState(specs, cli, opt.tfcheck_strict, Path(opt.tfcheck_json) if opt.tfcheck_json else None,
+                        config.invocation_params.dir)
+    config.stash[STATE] = state
+    config.addinivalue_line("markers", "tfcheck: a tfcheck battery item")
+    config.pluginmanager.register(TfcheckSession(state, config), "tfcheck-session")
+
+
+class TfcheckSession:
+    """The hooks that only matter when tfcheck runs, registered by pytest_configure in that case only."""
+
+    def __init__(self, state: PluginState, config: pytest.Config):
+        self.state = state
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list) -> None:
+        # tryfirst: the items must exist before -k / -m deselection runs in pytest's own hook.
+        for spec, declared in self.state.specs:
+            name = f"tfcheck[{spec}]"
+            node = TfcheckModel.from_parent(session, name=name, nodeid=name, spec=spec, declared=declared)
+            items.extend(session.genitems(node))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Results travel on the report (user_properties), so they reach the controller under xdist too.
+        for name, value in getattr(report, "user_properties", ()):
+            if name == PROPERTY and report.when == "call":
+                self.state.results.append(json.loads(value))
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.state.results:
+            return
+        from tfcheck.render import summary_view, to_string
+
+        text = to_string(summary_view(_report(self.state)), width=terminalreporter._tw.fullwidth,
+                         color=terminalreporter.hasmarkup)
+        terminalreporter.write_sep("=", "tfcheck summary")
+        terminalreporter.write(text)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.state.json_path is None or hasattr(self.config, "workerinput"):
+            return
+        self.state.json_path.write_text(_report(self.state).to_json(), encoding="utf-8")
+
+
+def _report(state: PluginState):
+    """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
+    from tfcheck.findings import Finding
+    from tfcheck.registry import all_checks
+    from tfcheck.report import Assumption, CheckResult, Cost, ModelReport, Report
+
+    order = {c.id: i for i, c in enumerate(all_checks())}
+    models: dict[str, ModelReport] = {}
+    for payload in state.results:
+        spec = payload["spec"]
+        m = models.setdefault(spec, ModelReport(spec, [Assumption(**a) for a in payload["assumptions"]]))
+        r = payload["result"]
+        m.results.append(CheckResult(r["check"], r["title"], [Finding.from_dict(f) for f in r["findings"]],
+                                     Cost(**r["cost"]), r["seconds"]))
+    for m in models.values():
+        m.results.sort(key=lambda r: order.get(r.check, len(order)))
+    specs = [s for s, _ in state.specs]
+    return Report(sorted(models.values(), key=lambda m: specs.index(m.spec) if m.spec in specs else len(specs)))
+
+
+class TfcheckModel(pytest.Collector):
+    """One model: loads it once and yields one item per applicable check."""
+
+    def __init__(self, *, spec: str, declared: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.declared = declared
+        self.runner = None
+
+    def collect(self):
+        from tfcheck import declarations as decl
+        from tfcheck.engine import Runner, applicable_checks, load_subject
+
+        state = self.config.stash[STATE]
+        try:
+            subject = load_subject(self.spec, decl.merge(state.cli, self.declared), base=state.invocation_dir)
+            checks = applicable_checks(subject)
+        except TfcheckError as exc:
+            raise TfcheckLoadError(str(exc)) from None
+        self.runner = Runner(subject)
+        for chk in checks:
+            item = TfcheckItem.from_parent(self, name=chk.id, check=chk)
+            item.add_marker("tfcheck")
+            yield item
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, TfcheckLoadError):
+            return f"tfcheck cannot load model {self.spec}: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+class TfcheckItem(pytest.Item):
+    """One check on one model."""
+
+    def __init__(self, *, check, **kwargs):
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self) -> None:
+        from tfcheck.status import Status
+
+        model: TfcheckModel = self.parent
+        result = model.runner.result(self.check)
+        self.user_properties.append((PROPERTY, json.dumps({
+            "spec": model.spec, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
+            "result": result.to_dict()}, ensure_ascii=False)))
+        status = result.status
+        if status in (Status.FAIL, Status.ERROR) or (status is Status.WARN and self.config.stash[STATE].strict):
+            raise TfcheckFailure(result)
+        for f in result.findings:
+            if f.status is Status.WARN:
+                warnings.warn(TfcheckWarning(f"{model.spec} {f.check}: {f.message}"), stacklevel=1)
+        if status is Status.SKIP:
+            pytest.skip("; ".join(f.message for f in result.findings if f.status is Status.SKIP))
+
+    def repr_failure(self, excinfo, style=None):
+        if not isinstance(excinfo.value, TfcheckFailure):
+            return super().repr_failure(excinfo)
+        from tfcheck.render import render_finding
+        from tfcheck.status import Status
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        width = reporter._tw.fullwidth if reporter is not None else 100
+        bad = [f for f in excinfo.value.result.findings if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        return "".join(render_finding(f, width=width) for f in bad)
+
+    def reportinfo(self):
+        return self.parent.spec, None, f"tfcheck {self.parent.spec}::{self.check.id}"
