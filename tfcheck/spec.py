@@ -37,6 +37,9 @@ for _names, _value in [
     ("pad_id pad_idx padding_idx pad_token_id", 0),
     ("d_k d_v head_dim dim_head d_kv", 8),
     ("encoder_attention_heads decoder_attention_heads num_key_value_heads", 4),
+    # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
+    ("bos_token_id", 1),
+    ("eos_token_id", 2),
 ]:
     for _n in _names.split():
         SMALL_VALUES[_n] = _value

@@ -148,6 +148,8 @@ class Subject:
             return self.fact("output_vocab_size"), "vocab_size (the output is named logits)"
         if named in ("last_hidden_state", "hidden_states", "encoder_last_hidden_state"):
             return self.fact("d_model"), "d_model (the output is named last_hidden_state)"
+        if self.facts.get("takes_features"):
+            return self.fact("d_model"), "d_model (the model takes features, not token ids)"
         if self.kind in ("decoder", "seq2seq"):
             return self.fact("output_vocab_size"), f"vocab_size (kind={self.kind} outputs logits)"
         return self.fact("d_model"), f"d_model (kind={self.kind or 'unknown, treated as encoder'})"
@@ -264,6 +266,8 @@ class _Resolver:
             if found is not None and getattr(found[1], embedding_attr) is not None:
                 return self.set(key, getattr(found[1], embedding_attr),
                                 f"nn.Embedding '{found[0]}'.{embedding_attr}")
+        if key == "d_model" and (found := _first_width(self.model)) is not None:
+            return self.set(key, found[1], found[0])
         if key == "vocab_size":
             found = _first_embedding(self.model)
             if found is not None:
@@ -311,9 +315,10 @@ class _Resolver:
             raise SpecError(
                 f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
                 "d_model=INT, or declare inputs=module:factory to build its inputs")
+        self.s.facts["takes_features"] = features
         if features:
-            self.set("inputs", "float features (batch, length, d_model)", "the model has no nn.Embedding", show=True)
-            self.s.facts["inputs"] = None
+            self.s.assumptions.append(Assumption("inputs", "float features (batch, length, d_model)",
+                                                 "the model has no nn.Embedding (declare inputs=module:factory if not)"))
         plan: list[tuple[str | None, str]] = []
         mask: decl.MaskSpec = self.s.facts["mask"]
         params = list(self.params.items())
@@ -384,6 +389,16 @@ def _first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
     for name, module in model.named_modules():
         if isinstance(module, nn.Embedding):
             return name, module
+    return None
+
+
+def _first_width(model: nn.Module) -> tuple[str, int] | None:
+    """The model width read off its first attention or LayerNorm, for models without embeddings."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.MultiheadAttention):
+            return f"nn.MultiheadAttention '{name}'.embed_dim", module.embed_dim
+        if isinstance(module, nn.LayerNorm) and module.normalized_shape:
+            return f"nn.LayerNorm '{name}'.normalized_shape", module.normalized_shape[-1]
     return None
 
 
