@@ -1,0 +1,166 @@
+"""The pytest plugin, driven through pytester as a user would drive it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+from tfcheck import registry
+from tfcheck.findings import Finding
+from tfcheck.status import Status
+
+LM = "reference_model:TransformerLM"
+HEADLESS = "reference_model.broken:LMWithoutHead"
+BAD_LINEAR = "reference_model.broken:LinearInFeaturesMismatch"
+
+
+def test_one_item_per_check_with_readable_ids(pytester):
+    result = pytester.runpytest("--tfcheck", LM, "--collect-only", "-q")
+    result.stdout.fnmatch_lines([f"tfcheck[{LM}]::forward.smoke", f"tfcheck[{LM}]::shape.contract"])
+
+
+def test_reference_model_passes(pytester):
+    result = pytester.runpytest("--tfcheck", LM)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
+
+
+def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
+    result = pytester.runpytest("--tfcheck", HEADLESS)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "troubleshooting [output-shape]" in out
+    assert "expected (3, 1, 101)" in out
+    assert "Traceback" not in out and "tfcheck/engine.py" not in out and "TfcheckFailure" not in out
+
+
+def test_blocked_checks_are_skipped_not_failed_again(pytester):
+    result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-rs")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*blocked by forward.smoke*"])
+
+
+def test_a_spec_that_does_not_import_is_a_collection_error_with_advice(pytester):
+    result = pytester.runpytest("--tfcheck", "no_such_module_xyz:Model")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert "tfcheck cannot load model no_such_module_xyz:Model" in out and "give a file path" in out
+    assert "Traceback" not in out
+
+
+def test_a_path_is_not_misread_as_a_spec(pytester):
+    result = pytester.runpytest("--tfcheck", "tests/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot read the model spec 'tests/'*MODULE:ATTR*"])
+
+
+def test_keyword_selection_works_on_check_ids(pytester):
+    result = pytester.runpytest("--tfcheck", LM, "-k", "shape")
+    result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_set_declarations_outrank_the_models_own(pytester):
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*expected (3, 1, 32)*"])
+
+
+def test_a_bad_declaration_is_a_usage_error_naming_the_valid_keys(pytester):
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "causality=true")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown tfcheck declaration 'causality'*valid keys are: kind, causal*"])
+
+
+def test_accepted_failure_passes_and_is_listed(pytester):
+    result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose")
+    result.assert_outcomes(passed=2)
+    summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
+    assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary
+    assert "(accepted: hidden states on purpose)" in summary
+
+
+def test_json_report_validates_against_the_schema(pytester):
+    jsonschema = pytest.importorskip("jsonschema")
+    out = pytester.path / "report.json"
+    pytester.runpytest("--tfcheck", LM, "--tfcheck", HEADLESS, "--tfcheck-json", str(out))
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, json.loads(resources.files("tfcheck").joinpath("data/report.schema.json").read_text()))
+    assert [m["spec"] for m in data["models"]] == [LM, HEADLESS]
+    assert [m["status"] for m in data["models"]] == ["pass", "fail"]
+
+
+def test_tfcheck_all_runs_the_models_listed_in_pyproject(pytester):
+    pytester.makepyprojecttoml(f"""
+        [[tool.tfcheck.models]]
+        spec = "{LM}"
+
+        [[tool.tfcheck.models]]
+        spec = "{HEADLESS}"
+        accept = {{"shape.contract" = "this model returns hidden states"}}
+    """)
+    result = pytester.runpytest("--tfcheck-all")
+    result.assert_outcomes(passed=4)
+
+
+@pytest.fixture
+def warning_check():
+    """A check that warns, registered for one test: the battery has no warn-only check of its own yet."""
+    @registry.check("test.warns", "a check that always warns", rows=("output-shape",))
+    def warns(ctx):
+        return [Finding("test.warns", Status.WARN, "suspicious but maybe legitimate", row="output-shape")]
+
+    yield
+    registry._REGISTRY.pop("test.warns")
+
+
+def test_warn_passes_with_a_pytest_warning_and_a_summary_line(pytester, warning_check):
+    result = pytester.runpytest("--tfcheck", LM, "-W", "default")
+    result.assert_outcomes(passed=3, warnings=1)
+    result.stdout.fnmatch_lines(["*TfcheckWarning*suspicious but maybe legitimate*",
+                                 "*WARN*test.warns: suspicious but maybe legitimate*"])
+
+
+def test_strict_turns_warnings_into_failures(pytester, warning_check):
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-strict")
+    result.assert_outcomes(passed=2, failed=1)
+
+
+def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
+    pytest.importorskip("xdist")
+    serial, parallel = pytester.path / "serial.json", pytester.path / "parallel.json"
+    args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider"]
+    pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(passed=3, failed=1)
+    pytester.runpytest_subprocess(*args, "-n", "2", "--tfcheck-json", str(parallel)).assert_outcomes(passed=3, failed=1)
+
+    def verdicts(path):
+        return [(m["spec"], c["check"], c["status"], [f["message"] for f in c["findings"]])
+                for m in json.loads(path.read_text())["models"] for c in m["checks"]]
+
+    assert verdicts(serial) == verdicts(parallel)
+
+
+def test_loading_the_plugin_does_not_import_torch(tmp_path):
+    code = ("import sys, pytest; pytest.main(['--help']); "
+            "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))")
+    # Outside this repository, so that only the installed plugin loads (our own conftest imports torch).
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "--tfcheck=SPEC" in done.stdout
+    assert "TORCH_LOADED=False" in done.stderr
+
+
+def test_cli_and_plugin_agree(pytester, capsys):
+    from tfcheck.cli import main
+
+    out = pytester.path / "plugin.json"
+    pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck", LM, "--tfcheck-json", str(out))
+    cli_json = pytester.path / "cli.json"
+    assert main(["check", HEADLESS, LM, "--json", str(cli_json)]) == 1
+
+    def verdicts(path):
+        return [(m["spec"], c["check"], c["status"]) for m in json.loads(path.read_text())["models"]
+                for c in m["checks"]]
+
+    assert verdicts(out) == verdicts(cli_json)
