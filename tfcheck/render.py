@@ -86,11 +86,13 @@ def finding_view(f: Finding):
 
 def row_view(row: tt.Row, lang: str = "en"):
     symptom, causes, fixes = row.text(lang)
+    # The Chinese labels are the column headings of the source article's table (报错信息/可能原因/解决方法).
+    cause_label, fix_label = ("可能原因", "解决方法") if lang == "zh" else ("likely cause", "fix")
     node = Tree(Text.assemble(("troubleshooting ", "dim"), (f"[{row.id}] ", "bold"), symptom))
     for c in causes:
-        node.add(Text("likely cause: " + c))
+        node.add(Text(f"{cause_label}: {c}"))
     for fx in fixes:
-        node.add(Text("fix: " + fx))
+        node.add(Text(f"{fix_label}: {fx}"))
     return node
 
 
@@ -98,14 +100,16 @@ def render_finding(f: Finding, width: int = 100, color: bool = False) -> str:
     return to_string(finding_view(f), width, color)
 
 
-def table_view(lang: str = "en") -> Table:
-    t = Table(title="tfcheck troubleshooting table", show_lines=True)
-    for col in ("id", "symptom", "likely causes", "fixes", "checks"):
-        t.add_column(col, overflow="fold")
+def table_view(lang: str = "en"):
+    """The whole table, one tree per row (long symptoms and fixes read better as lines than as cells)."""
+    heading = "tfcheck troubleshooting table" if lang == "en" else "tfcheck 常见问题排查表"
+    nodes = []
     for r in tt.rows().values():
-        symptom, causes, fixes = r.text(lang)
-        t.add_row(r.id, symptom, "\n".join(causes), "\n".join(fixes), "\n".join(r.checks) or "-")
-    return t
+        node = row_view(r, lang)
+        node.add(Text("checks: " + (", ".join(r.checks) or "-"), style="dim"))
+        node.add(Text("source: " + r.source, style="dim"))
+        nodes.append(node)
+    return Group(Text(heading, style="bold"), *nodes)
 
 
 def checks_view(checks) -> Table:

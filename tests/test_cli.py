@@ -1,0 +1,71 @@
+"""The command line: what it prints and its exit codes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, REFERENCE_SPECS, main
+
+
+def test_check_with_no_spec_runs_the_bundled_reference_models(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["check", "--json", str(out)]) == EXIT_OK
+    printed = capsys.readouterr().out
+    for spec in REFERENCE_SPECS:
+        assert f"tfcheck {spec}  PASS" in printed
+    assert [m["spec"] for m in json.loads(out.read_text())["models"]] == list(REFERENCE_SPECS)
+
+
+def test_a_failure_exits_1_and_prints_the_row(capsys):
+    assert main(["check", "reference_model.broken:ResidualWidthMismatch"]) == EXIT_FAIL
+    printed = capsys.readouterr().out
+    assert "troubleshooting [tensor-size-mismatch]" in printed
+    assert "The size of tensor a (32) must match the size of tensor b (64)" in printed
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["check", "nosuch_module_q:Model"], "cannot import module 'nosuch_module_q'"),
+    (["check", "reference_model:TransformerLM", "--set", "kind=gpt"], "expected one of encoder, decoder"),
+    (["check", "reference_model:TransformerLM", "--set", "nokey=1"], "valid keys are"),
+    (["check", "reference_model:TransformerLM", "--only", "mask.causl"], "unknown check id(s) mask.causl"),
+    (["check", "zoo:NeedsUnknownArgument"], "tokenizer_path"),
+])
+def test_bad_usage_exits_2_with_a_message_not_a_traceback(capsys, argv, needle):
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("tfcheck: error: ") and needle in err and "Traceback" not in err
+
+
+def test_only_limits_the_checks(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["check", "reference_model:TransformerLM", "--only", "shape.contract", "--json", str(out)]) == 0
+    assert [c["check"] for c in json.loads(out.read_text())["models"][0]["checks"]] == ["shape.contract"]
+
+
+def test_accept_on_the_command_line(capsys):
+    assert main(["check", "reference_model.broken:LMWithoutHead", "--set",
+                 "accept=shape.contract:hidden states on purpose"]) == EXIT_OK
+    assert "ACCEPTED" in capsys.readouterr().out
+
+
+def test_list_shows_checks_and_declaration_keys(capsys):
+    assert main(["list"]) == EXIT_OK
+    printed = capsys.readouterr().out
+    for needle in ("forward.smoke", "shape.contract", "vocab_size", "accept"):
+        assert needle in printed
+
+
+def test_table_in_chinese_keeps_the_source_wording(capsys):
+    assert main(["table", "--lang", "zh"]) == EXIT_OK
+    printed = capsys.readouterr().out
+    assert "线性层输入维度不匹配" in printed and "忘了加causal mask" in printed
+
+
+def test_python_dash_m_and_exit_code_through_a_real_process():
+    done = subprocess.run([sys.executable, "-m", "tfcheck", "check", "reference_model.broken:LMWithoutHead"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == EXIT_FAIL, done.stderr
+    assert "FAIL" in done.stdout
