@@ -141,18 +141,26 @@ class Subject:
             )
         return value
 
-    def expected_last_dim(self) -> tuple[int | None, str]:
-        """The last dimension the output should have, and why."""
+    def expected_last_dims(self) -> tuple[tuple[int, ...], str]:
+        """The last dimensions the output may have (empty: any), and why."""
         named = self.facts.get("output")
+        d_model, vocab = self.fact("d_model"), self.fact("output_vocab_size")
         if named in ("logits", "lm_logits"):
-            return self.fact("output_vocab_size"), "vocab_size (the output is named logits)"
+            return _known(vocab), "vocab_size (the output is named logits)"
         if named in ("last_hidden_state", "hidden_states", "encoder_last_hidden_state"):
-            return self.fact("d_model"), "d_model (the output is named last_hidden_state)"
+            return _known(d_model), "d_model (the output is named last_hidden_state)"
         if self.facts.get("takes_features"):
-            return self.fact("d_model"), "d_model (the model takes features, not token ids)"
+            return _known(d_model), "d_model (the model takes features, not token ids)"
         if self.kind in ("decoder", "seq2seq"):
-            return self.fact("output_vocab_size"), f"vocab_size (kind={self.kind} outputs logits)"
-        return self.fact("d_model"), f"d_model (kind={self.kind or 'unknown, treated as encoder'})"
+            return _known(vocab), f"vocab_size (kind={self.kind} outputs logits)"
+        if self.kind in ("encoder", "attention"):
+            return _known(d_model), f"d_model (kind={self.kind} outputs hidden states)"
+        # Unknown kind: hidden states and logits are both legitimate; judging one would be a false alarm.
+        return _known(d_model, vocab), "d_model or vocab_size (kind unknown; declare kind to pin it)"
+
+
+def _known(*values: int | None) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(v for v in values if v is not None))
 
 
 def _call_inputs_factory(factory: Any, batch: int, length: int, spec: str) -> tuple[tuple, dict]:

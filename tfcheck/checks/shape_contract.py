@@ -20,12 +20,12 @@ def shape_contract(ctx) -> list[Finding]:
     for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
     parameters' floating dtype; and require every value to be finite."""
     subject = ctx.subject
-    last_dim, why = subject.expected_last_dim()
+    allowed, why = subject.expected_last_dims()
     param_dtype = _param_dtype(subject.model)
     verdicts = []
     for batch, length in _probe_sizes(subject.probe_lengths()):
         probe = ctx.forward(batch, length)
-        verdicts.append(_judge(probe.output, batch, _output_length(subject, length), last_dim, why, param_dtype))
+        verdicts.append(_judge(probe.output, batch, _output_length(subject, length), allowed, why, param_dtype))
     return _grouped(verdicts)
 
 
@@ -39,17 +39,17 @@ def _grouped(verdicts: list[Finding]) -> list[Finding]:
     if not problems:
         sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in verdicts]
         last = verdicts[-1]
-        last_dim = last.evidence["expected_shape"][2]
+        last_dim = last.evidence["output_shape"][2]
         return [Finding(ID, Status.PASS, f"output is (batch, length, {last_dim}), "
                         f"{last.evidence['dtype'].replace('torch.', '')} and finite at output batch x length "
                         f"{', '.join(sizes)}", last.location,
                         {"sizes": sizes, "last_dim_from": last.evidence["last_dim_from"],
-                         "checked": [v.evidence for v in verdicts]})]
+                         "checked": [{k: x for k, x in v.evidence.items() if k != "problem"} for v in verdicts]})]
     out = []
     for group in problems.values():
         first = group[0]
         sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in group]
-        evidence = {**first.evidence, "failing_sizes": sizes}
+        evidence = {**{k: v for k, v in first.evidence.items() if k != "problem"}, "failing_sizes": sizes}
         also = f" (also at {', '.join(sizes[1:])})" if len(sizes) > 1 else ""
         out.append(Finding(ID, first.status, first.message + also, first.location, evidence, first.row))
     return out
@@ -74,18 +74,19 @@ def _param_dtype(model) -> torch.dtype | None:
     return None
 
 
-def _judge(out: torch.Tensor, batch: int, length: int, last_dim: int | None, why: str,
+def _judge(out: torch.Tensor, batch: int, length: int, allowed: tuple[int, ...], why: str,
            param_dtype: torch.dtype | None) -> Finding:
     shape = tuple(out.shape)
-    expected = (batch, length, last_dim if last_dim is not None else "*")
+    last = allowed[0] if len(allowed) == 1 else (" or ".join(map(str, allowed)) if allowed else "*")
+    expected = (batch, length, last)
     evidence = {"batch": batch, "length": length, "output_shape": shape, "expected_shape": expected,
                 "last_dim_from": why, "dtype": str(out.dtype), "problem": None}
     where = Location(module="")
-    matches = len(shape) == 3 and shape[:2] == (batch, length) and (last_dim is None or shape[2] == last_dim)
+    matches = len(shape) == 3 and shape[:2] == (batch, length) and (not allowed or shape[2] in allowed)
     if not matches:
         evidence["problem"] = "shape"
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has shape {shape}; expected "
-                       f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last_dim),
+                       f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last),
                        where, evidence, row="output-shape")
     if not out.is_floating_point() or (param_dtype is not None and out.dtype != param_dtype):
         evidence["problem"] = "dtype"
@@ -103,11 +104,11 @@ def _judge(out: torch.Tensor, batch: int, length: int, last_dim: int | None, why
     return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape}", where, evidence)
 
 
-def _shape_hint(shape: tuple, batch: int, length: int, last_dim: int | None) -> str:
+def _shape_hint(shape: tuple, batch: int, length: int, last_dim) -> str:
     if len(shape) == 3 and shape[:2] == (length, batch):
         return "; batch and length are swapped (batch_first mismatch, or a missing transpose)"
     if len(shape) == 2 and shape[0] == batch:
         return "; the length axis is gone (only one position returned, or pooled)"
-    if len(shape) == 3 and shape[:2] == (batch, length) and last_dim is not None:
+    if len(shape) == 3 and shape[:2] == (batch, length) and last_dim != "*":
         return f"; last dim {shape[2]} where {last_dim} was expected"
     return ""
