@@ -10,7 +10,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["run_checks", "assert_checks_pass", "TfcheckError", "UsageError", "Status", "__version__"]
+__all__ = ["run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain", "TfcheckError", "UsageError",
+           "Status", "__version__"]
 
 from tfcheck.errors import TfcheckError, UsageError  # noqa: E402  (torch-free)
 from tfcheck.status import Status  # noqa: E402  (torch-free)
@@ -22,4 +23,16 @@ def __getattr__(name: str):
         from tfcheck import api
 
         return getattr(api, name)
+    if name == "trace_shapes":
+        from tfcheck.trace import trace_shapes
+
+        return trace_shapes
+    if name == "watch":
+        from tfcheck.watch import watch
+
+        return watch
+    if name == "explain":
+        from tfcheck.explain import explain_error
+
+        return explain_error
     raise AttributeError(f"module 'tfcheck' has no attribute {name!r}")

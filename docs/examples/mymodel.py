@@ -10,7 +10,7 @@ class Model(nn.Module):
         self.pos = nn.Embedding(block_size, d_model)
         layer = nn.TransformerEncoderLayer(d_model, n_head, 4 * d_model, dropout=0.1, batch_first=True,
                                            norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, n_layer)
+        self.blocks = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, idx):
