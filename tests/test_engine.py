@@ -245,3 +245,19 @@ def test_a_correct_model_of_unknown_kind_is_not_a_false_alarm():
     assert {r.status for r in report.models[0].results} == {Status.PASS}, str(report)
     evidence = report.models[0].result("shape.contract").findings[0].evidence
     assert "kind unknown" in evidence["last_dim_from"]
+
+
+def test_only_without_smoke_still_fails_a_broken_forward():
+    report = tfcheck.run_checks(broken.LinearInFeaturesMismatch, only=["shape.contract"])
+    result = report.models[0].result("shape.contract")
+    assert result.status is Status.FAIL and result.findings[0].row == "mat1-mat2-shapes"
+    assert "forward.smoke (not selected) failed" in result.findings[0].message
+
+
+def test_a_factorys_own_declarations_are_read():
+    def build():
+        return __import__("zoo").NeedsArguments(101, 32, 4, 2, 64, 64, 0.1)
+
+    build.__tfcheck__ = {"kind": "encoder"}
+    assumed = {a.key: a for a in tfcheck.run_checks(build).models[0].assumptions}
+    assert assumed["kind"].value == "encoder" and "__tfcheck__ on build" in assumed["kind"].source

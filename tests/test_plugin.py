@@ -164,3 +164,17 @@ def test_cli_and_plugin_agree(pytester, capsys):
                 for c in m["checks"]]
 
     assert verdicts(out) == verdicts(cli_json)
+
+
+def test_deselecting_forward_smoke_does_not_hide_a_broken_forward(pytester):
+    result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-k", "shape")
+    result.assert_outcomes(failed=1, deselected=1)
+    out = " ".join(result.stdout.str().split())
+    assert "forward.smoke (not selected) failed, so shape.contract cannot run" in out and "mat1 and mat2" in out
+
+
+def test_junit_xml_carries_no_payload(pytester):
+    xml = pytester.path / "junit.xml"
+    pytester.runpytest("--tfcheck", LM, f"--junitxml={xml}").assert_outcomes(passed=2)
+    text = xml.read_text()
+    assert 'tests="2"' in text and "tfcheck_payload" not in text and '"findings"' not in text

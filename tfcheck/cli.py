@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tfcheck.errors import TfcheckError
+from tfcheck.errors import TfcheckError, UsageError
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
 REFERENCE_SPECS = ("reference_model:TransformerEncoder", "reference_model:TransformerLM",
@@ -60,7 +60,10 @@ def _check(args) -> int:
     pyproject = find_pyproject(Path.cwd())
     specs = list(args.specs) or ([] if args.all else list(REFERENCE_SPECS))
     if args.all:
-        specs += [s for s, _ in model_entries(pyproject) if s not in specs]
+        entries = model_entries(pyproject)
+        if not entries:
+            raise UsageError(f"--all: no [[tool.tfcheck.models]] entries in {pyproject or 'pyproject.toml (none found)'}")
+        specs += [s for s, _ in entries if s not in specs]
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     report = Report()
     for spec in specs:
@@ -77,10 +80,12 @@ def _check(args) -> int:
 def _list() -> int:
     from tfcheck.declarations import KEYS
     from tfcheck.registry import all_checks
-    from tfcheck.render import checks_view, to_string
+    from rich.markup import escape
     from rich.table import Table
 
-    keys = Table(title="declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)")
+    from tfcheck.render import checks_view, to_string
+
+    keys = Table(title=escape("declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)"))
     for col in ("key", "syntax", "meaning"):
         keys.add_column(col)
     for k in KEYS.values():

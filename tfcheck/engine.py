@@ -41,11 +41,13 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
         origin = model_or_spec
         name = getattr(origin, "__name__", type(origin).__name__)
         label = f"<{name} instance>" if isinstance(origin, nn.Module) else name
-    merged = decl.merge(strong, _own_declarations(origin, label))
+    from_origin = _own_declarations(origin, label)
+    merged = decl.merge(strong, from_origin)
     loaded = spec_mod.build(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
     if loaded.model is not origin:
-        # An instance may carry its own __tfcheck__ that follows its constructor arguments (e.g. pad_id).
-        merged = decl.merge(strong, _own_declarations(loaded.model, label))
+        # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
+        # pad_id); it outranks the class's or factory's.
+        merged = decl.merge(strong, _own_declarations(loaded.model, label), from_origin)
     return build_subject(loaded, merged)
 
 
@@ -81,10 +83,15 @@ def _validate_accept(subject: Subject) -> None:
 
 class Runner:
     """Runs checks of one subject one at a time (the pytest plugin runs one per item), with forward.smoke
-    run first and once: when it fails, every other check is skipped as blocked by it."""
+    run first and once: when it fails, every other check is skipped as blocked by it.
 
-    def __init__(self, subject: Subject):
+    ``smoke_reported`` says whether forward.smoke's own result is shown (it is not under ``--only`` or
+    ``-k`` selections that leave it out); when it is not, a blocked check fails with its explanation, so a
+    broken forward is never hidden behind skips."""
+
+    def __init__(self, subject: Subject, smoke_reported: bool = True):
         self.subject = subject
+        self.smoke_reported = smoke_reported
         self._smoke: CheckResult | None = None
 
     def result(self, chk: Check) -> CheckResult:
@@ -92,7 +99,7 @@ class Runner:
             return self.smoke()
         smoke = self.smoke()
         if smoke.status in (Status.FAIL, Status.ERROR):
-            return blocked(chk, smoke)
+            return blocked(chk, smoke, fail=not self.smoke_reported)
         return run_check(self.subject, chk)
 
     def smoke(self) -> CheckResult:
@@ -102,14 +109,19 @@ class Runner:
 
 
 def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
-    runner = Runner(subject)
+    only = list(only) if only is not None else None
+    runner = Runner(subject, smoke_reported=only is None or SMOKE in only)
     results = [runner.result(chk) for chk in applicable_checks(subject, only)]
     return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
 
 
-def blocked(chk: Check, smoke: CheckResult) -> CheckResult:
-    reason = smoke.findings[0].message if smoke.findings else "forward.smoke failed"
-    return CheckResult(chk.id, chk.title, [Finding(chk.id, Status.SKIP, f"blocked by {SMOKE}: {reason}",
+def blocked(chk: Check, smoke: CheckResult, fail: bool = False) -> CheckResult:
+    first = smoke.findings[0]
+    if fail:
+        return CheckResult(chk.id, chk.title, [Finding(
+            chk.id, Status.FAIL, f"{SMOKE} (not selected) failed, so {chk.id} cannot run: {first.message}",
+            first.location, {**first.evidence, "blocked_by": SMOKE}, first.row)])
+    return CheckResult(chk.id, chk.title, [Finding(chk.id, Status.SKIP, f"blocked by {SMOKE}: {first.message}",
                                                    evidence={"blocked_by": SMOKE})])
 
 

@@ -15,9 +15,6 @@ import pytest
 
 from tfcheck.errors import TfcheckError
 
-PROPERTY = "tfcheck"
-
-
 class TfcheckWarning(UserWarning):
     """A check found something suspicious for which legitimate designs exist (status ``warn``)."""
 
@@ -103,11 +100,28 @@ class TfcheckSession:
             node = TfcheckModel.from_parent(session, name=name, nodeid=name, spec=spec, declared=declared)
             items.extend(session.genitems(node))
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # After -k / -m deselection: a model whose forward.smoke item was deselected must not hide a broken
+        # forward behind "blocked" skips, so its other items fail with the explanation instead.
+        selected: dict[TfcheckModel, bool] = {}
+        for item in session.items:
+            if isinstance(item, TfcheckItem):
+                selected[item.parent] = selected.get(item.parent, False) or item.check.id == "forward.smoke"
+        for model, smoke_selected in selected.items():
+            model.runner.smoke_reported = smoke_selected
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        report = yield
+        # An attribute of the report survives xdist's serialisation (and stays out of --junitxml).
+        if isinstance(item, TfcheckItem) and call.when == "call" and item.payload is not None:
+            report.tfcheck_payload = item.payload
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Results travel on the report (user_properties), so they reach the controller under xdist too.
-        for name, value in getattr(report, "user_properties", ()):
-            if name == PROPERTY and report.when == "call":
-                self.state.results.append(json.loads(value))
+        payload = getattr(report, "tfcheck_payload", None)
+        if payload is not None:
+            self.state.results.append(json.loads(payload))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.state.results:
@@ -182,15 +196,16 @@ class TfcheckItem(pytest.Item):
     def __init__(self, *, check, **kwargs):
         super().__init__(**kwargs)
         self.check = check
+        self.payload: str | None = None
 
     def runtest(self) -> None:
         from tfcheck.status import Status
 
         model: TfcheckModel = self.parent
         result = model.runner.result(self.check)
-        self.user_properties.append((PROPERTY, json.dumps({
+        self.payload = json.dumps({
             "spec": model.spec, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
-            "result": result.to_dict()}, ensure_ascii=False)))
+            "result": result.to_dict()}, ensure_ascii=False)
         status = result.status
         if status in (Status.FAIL, Status.ERROR) or (status is Status.WARN and self.config.stash[STATE].strict):
             raise TfcheckFailure(result)
@@ -198,7 +213,9 @@ class TfcheckItem(pytest.Item):
             if f.status is Status.WARN:
                 warnings.warn(TfcheckWarning(f"{model.spec} {f.check}: {f.message}"), stacklevel=1)
         if status is Status.SKIP:
-            pytest.skip("; ".join(f.message for f in result.findings if f.status is Status.SKIP))
+            # Reported at the item (the model spec), not at this line of the plugin.
+            raise pytest.skip.Exception("; ".join(f.message for f in result.findings if f.status is Status.SKIP),
+                                        _use_item_location=True)
 
     def repr_failure(self, excinfo, style=None):
         if not isinstance(excinfo.value, TfcheckFailure):
@@ -212,4 +229,4 @@ class TfcheckItem(pytest.Item):
         return "".join(render_finding(f, width=width) for f in bad)
 
     def reportinfo(self):
-        return self.parent.spec, None, f"tfcheck {self.parent.spec}::{self.check.id}"
+        return self.parent.spec, 0, f"tfcheck {self.parent.spec}::{self.check.id}"

@@ -149,8 +149,8 @@ def _candidates(module: Any) -> list[str]:
     for name, value in vars(module).items():
         if name.startswith("_"):
             continue
-        if (inspect.isclass(value) and issubclass(value, nn.Module) and value.__module__ == module.__name__) \
-                or isinstance(value, nn.Module):
+        defined_here = inspect.isclass(value) and (value.__module__ or "").startswith(module.__name__)
+        if (defined_here and issubclass(value, nn.Module)) or isinstance(value, nn.Module):
             out.append(name)
     return sorted(out)
 
@@ -182,8 +182,8 @@ def build(origin: Any, spec: str, kwargs: dict[str, Any]) -> Loaded:
         raise SpecError(
             f"constructing {spec}({_fmt_args(given)}) raised {type(exc).__name__}: {exc}{_user_frame(exc)}. "
             "Give the constructor arguments it needs with the 'kwargs' declaration, e.g. "
-            "--tfcheck-set kwargs='{\"vocab_size\": 1000}' (CLI: --set), or point the spec at a factory "
-            "function that builds the model."
+            "kwargs='{\"vocab_size\": 1000}' (tfcheck check --set, pytest --tfcheck-set), or point the spec at "
+            "a factory function that builds the model."
         ) from None
     if not isinstance(model, nn.Module):
         raise SpecError(
@@ -216,7 +216,8 @@ def fill_arguments(origin: Any, kwargs: dict[str, Any], spec: str) -> dict[str, 
         raise SpecError(
             f"constructing {spec} needs argument(s) {', '.join(missing)} that tfcheck cannot guess (it fills "
             f"the usual hyper-parameter names such as vocab_size, d_model, num_heads). Give them with the "
-            f"'kwargs' declaration, e.g. --tfcheck-set kwargs='{{\"{missing[0]}\": ...}}' (CLI: --set), or "
+            f"'kwargs' declaration, e.g. kwargs='{{\"{missing[0]}\": ...}}' (tfcheck check --set, pytest "
+            "--tfcheck-set), or "
             "point the spec at a factory that takes no arguments."
         )
     return filled

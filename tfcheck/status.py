@@ -18,6 +18,9 @@ class Status(str, enum.Enum):
     #: tfcheck itself broke; please report it
     ERROR = "error"
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def severity(self) -> int:
         return _ORDER.index(self)

@@ -78,33 +78,19 @@ class Subject:
         if factory is not None:
             return _call_inputs_factory(factory, batch, length, self.spec)
         gen = torch.Generator().manual_seed(seed)
-        kind = self.kind
-        if kind == "attention":
-            x = torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
-            return (x, x, x), {}
-        plan = self.facts["call_plan"]
-        args, kwargs = [], {}
-        for name, role in plan:
-            if role == "tokens":
-                value = self._tokens(batch, length, gen)
-            elif role == "features":
-                value = torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
-            elif role == "target_tokens":
-                value = self._tokens(batch, max(1, length + TARGET_LENGTH_DELTA), gen)
-            elif role == "target_features":
-                value = torch.randn(batch, max(1, length + TARGET_LENGTH_DELTA), self.fact("d_model"),
-                                    generator=gen).to(self.device)
-            elif role == "mask":
-                value = self._no_padding_mask(batch, length)
-            else:  # pragma: no cover - call_plan only holds the roles above
-                raise AssertionError(role)
-            if name is None:
-                args.append(value)
-            else:
-                kwargs[name] = value
-        return tuple(args), kwargs
+        primary = self.random_primary(batch, length, gen)
+        target = None
+        if any(role.startswith("target") for _, role in self.facts["call_plan"]):
+            target = self.random_primary(batch, max(1, length + TARGET_LENGTH_DELTA), gen)
+        return self.inputs_for(primary, target)
 
-    def _tokens(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    def random_primary(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+        """Random token ids (never the pad id), or features for models that take them."""
+        if self.kind == "attention" or self.facts.get("takes_features"):
+            return torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
+        return self.random_tokens(batch, length, gen)
+
+    def random_tokens(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
         vocab = self.fact("vocab_size")
         pad = self.fact("pad_id")
         # Draw real tokens only: ids from a vocabulary with the pad id taken out.
@@ -114,13 +100,46 @@ class Subject:
             ids = ids + (ids >= pad).long()
         return ids.to(self.device)
 
-    def _no_padding_mask(self, batch: int, length: int) -> torch.Tensor:
+    def inputs_for(self, primary: torch.Tensor, target: torch.Tensor | None = None,
+                   keep: torch.Tensor | None = None) -> tuple[tuple, dict]:
+        """Forward arguments from given tensors, laid out as the forward takes them.
+
+        ``primary`` is the token ids (or features); ``target`` the decoder input of a seq2seq model;
+        ``keep`` an optional (batch, length) bool padding mask, True = real token, converted to the mask
+        convention of the model's mask argument (given to it even when that argument is optional).
+        """
+        if self.kind == "attention":
+            return (primary, primary, primary), {}
+        mask: decl.MaskSpec = self.facts["mask"]
+        if keep is None:
+            keep = torch.ones(primary.shape[:2], dtype=torch.bool, device=primary.device)
+        args, kwargs = [], {}
+        for name, role in self.facts["call_plan"]:
+            if role in ("tokens", "features"):
+                value = primary
+            elif role.startswith("target"):
+                if target is None:
+                    raise UsageError(f"{self.spec} takes a target input; give inputs_for() a target tensor")
+                value = target
+            else:  # the required mask argument
+                value = self.mask_value(keep)
+            if name is None:
+                args.append(value)
+            else:
+                kwargs[name] = value
+        given = {n for n, _ in self.facts["call_plan"]}
+        if mask.argument is not None and mask.argument not in given and keep is not None and not bool(keep.all()):
+            kwargs[mask.argument] = self.mask_value(keep)
+        return tuple(args), kwargs
+
+    def mask_value(self, keep: torch.Tensor) -> torch.Tensor:
+        """A (batch, length) keep mask (True = real token) in the model's declared mask convention."""
         mask: decl.MaskSpec = self.facts["mask"]
         if mask.convention == "pad":
-            return torch.zeros(batch, length, dtype=torch.bool, device=self.device)
+            return ~keep
         if mask.convention == "additive":
-            return torch.zeros(batch, length, device=self.device)
-        return torch.ones(batch, length, dtype=torch.long, device=self.device)
+            return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))
+        return keep.long()
 
     @property
     def device(self) -> torch.device:
@@ -255,8 +274,8 @@ class _Resolver:
             return self.set("kind", "attention", "forward takes (query, key, value)")
         if names & set(_TARGET_ARGS):
             return self.set("kind", "seq2seq", f"forward takes a target argument ({sorted(names & set(_TARGET_ARGS))[0]})")
-        self.set("kind", None, "unknown: nothing declares it; treated as an encoder for output shapes. "
-                 "Declare kind=encoder|decoder|seq2seq|attention")
+        self.set("kind", None, "unknown: nothing declares it, so outputs of width d_model or vocab_size are "
+                 "both accepted. Declare kind=encoder|decoder|seq2seq|attention")
 
     def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None) -> None:
         if key in self.s.declared:
