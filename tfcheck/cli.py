@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the checks and the declaration keys")
     table = sub.add_parser("table", help="print the troubleshooting table")
     table.add_argument("--lang", choices=("en", "zh"), default="en", help="language (zh: the source wording)")
+    explain = sub.add_parser("explain", help="explain an error message: its troubleshooting rows and what to look at")
+    explain.add_argument("text", nargs="+", metavar="TEXT", help="the error message or traceback ('-': read it from stdin)")
+    explain.add_argument("--budget", metavar="SIZE", help="memory that must suffice (e.g. 8GiB), for out-of-memory advice")
     return parser
 
 
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args)
         if args.command == "list":
             return _list()
+        if args.command == "explain":
+            return _explain(args)
         return _table(args.lang)
     except TfcheckError as exc:
         print(f"tfcheck: error: {exc}", file=sys.stderr)
@@ -92,6 +97,16 @@ def _list() -> int:
         keys.add_row(k.name, k.syntax, k.doc)
     sys.stdout.write(to_string(checks_view(all_checks()), width=_width()) + to_string(keys, width=_width()))
     return EXIT_OK
+
+
+def _explain(args) -> int:
+    from tfcheck.explain import explain_error
+    from tfcheck.render import to_string
+
+    text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
+    explanation = explain_error(text, budget=args.budget)
+    sys.stdout.write(to_string(explanation, width=_width(), color=sys.stdout.isatty()))
+    return EXIT_OK if explanation.matched else EXIT_FAIL
 
 
 def _table(lang: str) -> int:

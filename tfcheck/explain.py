@@ -136,13 +136,12 @@ class Explanation:
         from tfcheck.render import row_view
 
         node = Tree(Text(self.message, style="bold"))
+        if not self.matched:
+            node.add(Text("no troubleshooting row matches this error (`tfcheck table` lists the known ones)"))
         if self.location.module is not None or self.location.file:
             node.add(Text(f"where: {self.location}"))
         for item in self.look_at:
             node.add(Text(f"look at: {item}"))
-        if not self.matched:
-            node.add(Text("no troubleshooting row matches this error (`tfcheck table` lists the known ones); "
-                          "the generic advice:"))
         node.add(row_view(table.row(self.row)))
         for row_id in self.also:
             # Only the headline: the likeliest row is shown in full, the others are where to read on.
@@ -209,7 +208,7 @@ def explain_error(error: BaseException | str, budget: int | str | None = None) -
 
 
 def _explanation(exc: BaseException | None, scene: _Scene, head: str) -> Explanation:
-    first = _first_line(scene.text).rstrip(".!")
+    first = (_first_line(scene.text) if exc is not None else _headline(scene.text)).rstrip(".!")
     text = f"{type(exc).__name__}: {first}" if exc is not None else first
     evidence: dict = {"exception": text}
     if head:
@@ -235,6 +234,13 @@ def _explanation(exc: BaseException | None, scene: _Scene, head: str) -> Explana
 def _first_line(text: str) -> str:
     text = text.strip()
     return text.splitlines()[0] if text else ""
+
+
+def _headline(text: str) -> str:
+    """The line that names the error: in a pasted traceback the last 'SomeError: ...' line, else the first."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    named = [line for line in lines if re.match(r"[\w.]+(Error|Exception)\b", line)]
+    return named[-1] if named else (lines[0] if lines else "")
 
 
 def _generic_look_at(scene: _Scene) -> tuple[str, ...]:
@@ -517,11 +523,10 @@ def _out_of_memory(found: re.Match, scene: _Scene) -> _Diagnosis:
                      f"{b}·{h}·{s_q}·{s_k}·{itemsize} = {format_bytes(scores)} per copy (softmax and dropout keep "
                      "more copies)")
         if budget:
-            fit_b = budget // max(1, h * s_q * s_k * itemsize)
-            fit_s = math.isqrt(budget // max(1, b * h * itemsize))
-            evidence.update(batch_that_fits=fit_b, length_that_fits=fit_s)
-            look.append(f"to keep one copy of the scores within {format_bytes(budget)}: batch ≤ {fit_b} at length "
-                        f"{s_q}, or length ≤ {fit_s} at batch {b}")
+            look.append(_what_fits(budget, b, h, s_q, s_k, itemsize, evidence))
+        else:
+            look.append("give the memory you have (tfcheck.explain(exc, budget='8GiB'), watch(model, budget=...), "
+                        "tfcheck explain --budget) for the batch and length that fit")
         look.append("memory-efficient attention (torch.nn.functional.scaled_dot_product_attention) never "
                     "materialises the s×s scores")
     elif requested and budget and requested > budget:
@@ -532,6 +537,19 @@ def _out_of_memory(found: re.Match, scene: _Scene) -> _Diagnosis:
     look.append("a smaller batch with gradient accumulation, activation checkpointing, or mixed precision")
     detail = "; ".join(parts) if parts else "the device ran out of memory"
     return _Diagnosis("out-of-memory", detail, look_at=tuple(look), evidence=evidence)
+
+
+def _what_fits(budget: int, b: int, h: int, s_q: int, s_k: int, itemsize: int, evidence: dict) -> str:
+    """The batch at this length, and the (self-attention) length at this batch, whose scores fit ``budget``."""
+    fit_b = budget // max(1, h * s_q * s_k * itemsize)
+    at_batch = max(1, min(b, fit_b))  # batch 0 fits nothing: then the length that fits at batch 1
+    fit_s = math.isqrt(budget // max(1, at_batch * h * itemsize))
+    evidence.update(batch_that_fits=fit_b, length_that_fits=fit_s)
+    if fit_b >= 1:
+        return (f"to keep one copy of the scores within {format_bytes(budget)}: batch ≤ {fit_b} at length {s_q}, "
+                f"or length ≤ {fit_s} at batch {at_batch}")
+    return (f"even batch 1 does not fit {format_bytes(budget)} at length {s_q}: length ≤ {fit_s} at batch 1 "
+            "keeps one copy of the scores within it")
 
 
 def _attention_in_stack(stack: ModuleStack | None):

@@ -20,6 +20,7 @@ class Check:
     rows: tuple[str, ...]
     func: Callable
     doc: str
+    order: int = 100
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
@@ -28,12 +29,13 @@ class Check:
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS) -> Callable:
-    """Register a check function under ``id``. The order of registration is the order of the battery."""
+def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100) -> Callable:
+    """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
+    shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
-        _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip())
+        _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order)
         return func
     return register
 
@@ -41,7 +43,7 @@ def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS) -> Callab
 def all_checks() -> list[Check]:
     import tfcheck.checks  # noqa: F401  (registers the battery)
 
-    return list(_REGISTRY.values())
+    return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.id))
 
 
 def get(check_id: str) -> Check:

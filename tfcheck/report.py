@@ -31,9 +31,11 @@ class Cost:
     forward: int = 0
     backward: int = 0
     token_passes: int = 0
+    reused: int = 0  # probes another check of the same model had already run (charged to that one)
 
     def to_dict(self) -> dict[str, int]:
-        return {"forward": self.forward, "backward": self.backward, "token_passes": self.token_passes}
+        return {"forward": self.forward, "backward": self.backward, "token_passes": self.token_passes,
+                "reused": self.reused}
 
 
 @dataclass

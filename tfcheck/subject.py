@@ -46,6 +46,8 @@ class Subject:
     declared: dict[str, decl.Declared]
     assumptions: list[Assumption] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    #: standard probes already run, shared by the checks of this model: (batch, length, seed) -> Probe
+    probe_cache: dict = field(default_factory=dict)
 
     @property
     def model(self) -> nn.Module:

@@ -35,17 +35,33 @@ class Row:
         }
 
 
+def _sources() -> list:
+    """data/table.toml (the source article's rows and the foundation's), then one file per check family
+    in data/table/, in name order: adding a family's rows touches only its own file."""
+    data = resources.files("tfcheck").joinpath("data")
+    family = data.joinpath("table")
+    extra = sorted((f for f in family.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name) \
+        if family.is_dir() else []
+    return [data.joinpath("table.toml"), *extra]
+
+
 @functools.cache
 def rows() -> dict[str, Row]:
-    raw = tomllib.loads(resources.files("tfcheck").joinpath("data/table.toml").read_text("utf-8"))
     out = {}
-    for r in raw["row"]:
-        out[r["id"]] = Row(
+    for source in _sources():
+        for r in tomllib.loads(source.read_text("utf-8")).get("row", []):
+            if r["id"] in out:
+                raise ValueError(f"troubleshooting row {r['id']!r} is defined twice (again in {source.name})")
+            out[r["id"]] = _row(r)
+    return out
+
+
+def _row(r: dict) -> Row:
+    return Row(
             id=r["id"], symptom=r["symptom"], causes=tuple(r["causes"]), fixes=tuple(r["fixes"]),
             checks=tuple(r.get("checks", ())), patterns=tuple(r.get("patterns", ())), source=r["source"],
             symptom_zh=r["symptom_zh"], causes_zh=tuple(r["causes_zh"]), fixes_zh=tuple(r["fixes_zh"]),
         )
-    return out
 
 
 def row(row_id: str) -> Row:
