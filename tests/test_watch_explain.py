@@ -252,7 +252,7 @@ def test_watch_locates_the_first_nan_at_its_module_and_line():
     found = w.first_nonfinite
     assert found.module == "layers.0.self_attn" and found.module_class == "_NegInfAttention"
     assert found.entered == "layers.0.self_attn.dropout" and found.kinds == ("NaN",)
-    assert found.file.endswith("broken.py") and "softmax" in found.code and found.row == "loss-nan"
+    assert "broken" in found.file and "softmax" in found.code and found.row == "loss-nan"
 
 
 def test_watch_warns_once_and_can_raise_instead():
@@ -274,10 +274,11 @@ def test_nan_in_the_batch_is_reported_as_coming_from_outside():
 
 
 def test_watch_removes_every_hook_and_leaves_the_model_unchanged():
-    model = broken.CausalMaskHidesDiagonal()
-    model.train()
+    model = broken.CausalMaskHidesDiagonal().eval()
+    model.layers[0].norm1.train()  # a mixed mode must stay mixed; no dropout runs, so no RNG is drawn
     state = {k: v.clone() for k, v in model.state_dict().items()}
     modes = [m.training for m in model.modules()]
+    tokens = torch.randint(1, 101, (2, 5))
     torch.manual_seed(3), random.seed(3)
     expected_rng = (torch.rand(1), random.random())
     torch.manual_seed(3), random.seed(3)
@@ -286,9 +287,8 @@ def test_watch_removes_every_hook_and_leaves_the_model_unchanged():
         with pytest.raises(ValueError):
             with tfcheck.watch(model):
                 with torch.no_grad():
-                    model(torch.randint(1, 101, (2, 5)))
+                    model(tokens)
                 raise ValueError("the user's own error")
-    torch.manual_seed(3), random.seed(3)  # the forward used dropout: the RNG is the model's, reseeded here
     assert (torch.rand(1), random.random()) == expected_rng
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())

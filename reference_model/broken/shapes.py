@@ -9,9 +9,9 @@ it and the troubleshooting row that must explain it.
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .layers import SinusoidalPositionalEncoding
-from .models import TransformerEncoder, TransformerLM
+from ..attention import MultiHeadAttention
+from ..layers import SinusoidalPositionalEncoding
+from ..models import TransformerEncoder, TransformerLM
 
 
 class LinearInFeaturesMismatch(TransformerEncoder):
@@ -123,11 +123,3 @@ class PositionalTableTooShort(TransformerEncoder):
         super().__init__(config, **overrides)
         self.pos = _UncheckedPositionalEncoding(self.config.d_model, max_len=16)
 
-
-VARIANTS = (
-    LinearInFeaturesMismatch,
-    ResidualWidthMismatch,
-    LMWithoutHead,
-    CausalMaskHidesDiagonal,
-    PositionalTableTooShort,
-)
