@@ -102,6 +102,8 @@ class ModuleCall:
     raised: bool = False
     first_op: int = 0
     last_op: int = -1
+    input_ids: tuple[int, ...] = ()  # tensor identities, when the recorder tracks them
+    output_ids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return {"index": self.index, "path": self.path, "class": self.cls, "depth": self.depth,
@@ -124,6 +126,8 @@ class OpEvent:
     phase: str  # "forward" or "backward"
     parent_op: int | None = None  # for aten ops: the function-level call they ran inside
     raised: bool = False
+    input_ids: tuple[int, ...] = ()  # tensor identities, when the recorder tracks them
+    output_ids: tuple[int, ...] = ()
 
     @property
     def short_name(self) -> str:
@@ -157,10 +161,14 @@ class Recorder:
     ``functions`` / ``aten`` switch the two op levels; ``on_op(event, args, kwargs, out)`` sees real values.
     """
 
-    def __init__(self, model: nn.Module, functions: bool = True, aten: bool = True, on_op: OnOp | None = None):
+    def __init__(self, model: nn.Module, functions: bool = True, aten: bool = True, on_op: OnOp | None = None,
+                 track_ids: bool = False):
         self.model = model
         self.recording = Recording()
         self.on_op = on_op
+        # Identities let a check follow one tensor from op to op (a residual add's operands back to the
+        # sublayer that made them). The tensors are kept alive while recording so no id is reused.
+        self._alive: list[torch.Tensor] | None = [] if track_ids else None
         self._stack: list[int] = []
         self._handles: list = []
         self._modes: list = []
@@ -185,9 +193,17 @@ class Recorder:
 
     def __exit__(self, *exc) -> None:
         self._remove()
+        self._alive = None if self._alive is None else []
         for index in self._stack:  # calls still open when the model raised
             self.recording.calls[index].raised = True
             self.recording.calls[index].last_op = len(self.recording.ops) - 1
+
+    def ids(self, value: Any) -> tuple[int, ...]:
+        if self._alive is None:
+            return ()
+        tensors = [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+        self._alive.extend(tensors)
+        return tuple(id(t) for t in tensors)
 
     def _remove(self) -> None:
         for mode in reversed(self._modes):
@@ -205,7 +221,7 @@ class Recorder:
             parent = self._stack[-1] if self._stack else None
             calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent,
                                     describe(list(args) + ([kwargs] if kwargs else [])), params[id(module)],
-                                    first_op=len(self.recording.ops)))
+                                    first_op=len(self.recording.ops), input_ids=self.ids((args, kwargs))))
             self._stack.append(len(calls) - 1)
         return hook
 
@@ -214,6 +230,7 @@ class Recorder:
             if self._stack:
                 call = self.recording.calls[self._stack.pop()]
                 call.outputs = describe(output)
+                call.output_ids = self.ids(output)
                 call.last_op = len(self.recording.ops) - 1
         return hook
 
@@ -230,12 +247,14 @@ class Recorder:
             len(self.recording.ops), level, name, call,
             self.recording.calls[call].path if call is not None else "",
             _metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
-            "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent)
+            "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
+            input_ids=self.ids((args, kwargs)))
         self.recording.ops.append(event)
         return event
 
     def finish(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         event.outputs = _metas(out)
+        event.output_ids = self.ids(out)
         if self.on_op is not None:
             self.on_op(event, args, kwargs, out)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import os
 import sys
 import traceback
 import types
@@ -272,8 +273,6 @@ def call_site() -> tuple[str | None, int | None]:
 
 
 def _short(file: str | None) -> str | None:
-    import os
-
     return _short_path(os.path.abspath(file)) if file else None
 
 
