@@ -15,6 +15,12 @@ from tfcheck.status import Status
 LM = "reference_model:TransformerLM"
 HEADLESS = "reference_model.broken:LMWithoutHead"
 BAD_LINEAR = "reference_model.broken:LinearInFeaturesMismatch"
+#: Selects the foundation's two checks, so outcome counts do not change as the battery grows.
+FOUNDATION = ("-k", "smoke or contract")
+
+
+def battery_size(kind: str) -> int:
+    return sum(1 for c in registry.all_checks() if c.applies_to(kind))
 
 
 def test_one_item_per_check_with_readable_ids(pytester):
@@ -24,13 +30,13 @@ def test_one_item_per_check_with_readable_ids(pytester):
 
 def test_reference_model_passes(pytester):
     result = pytester.runpytest("--tfcheck", LM)
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=battery_size("decoder"))
     result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
 
 
 def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
-    result = pytester.runpytest("--tfcheck", HEADLESS)
-    result.assert_outcomes(passed=1, failed=1)
+    result = pytester.runpytest("--tfcheck", HEADLESS, *FOUNDATION)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size("decoder") - 2)
     out = result.stdout.str()
     assert "troubleshooting [output-shape]" in out
     assert "expected (3, 1, 101)" in out
@@ -39,7 +45,7 @@ def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
 
 def test_blocked_checks_are_skipped_not_failed_again(pytester):
     result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-rs")
-    result.assert_outcomes(failed=1, skipped=1)
+    result.assert_outcomes(failed=1, skipped=battery_size("encoder") - 1)
     result.stdout.fnmatch_lines(["*blocked by forward.smoke*"])
 
 
@@ -58,13 +64,13 @@ def test_a_path_is_not_misread_as_a_spec(pytester):
 
 
 def test_keyword_selection_works_on_check_ids(pytester):
-    result = pytester.runpytest("--tfcheck", LM, "-k", "shape")
-    result.assert_outcomes(passed=1, deselected=1)
+    result = pytester.runpytest("--tfcheck", LM, "-k", "contract")
+    result.assert_outcomes(passed=1, deselected=battery_size("decoder") - 1)
 
 
 def test_set_declarations_outrank_the_models_own(pytester):
-    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder")
-    result.assert_outcomes(passed=1, failed=1)
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder", *FOUNDATION)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size("encoder") - 2)
     result.stdout.fnmatch_lines(["*expected (3, 1, 32)*"])
 
 
@@ -75,8 +81,9 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_valid_keys(pytester):
 
 
 def test_accepted_failure_passes_and_is_listed(pytester):
-    result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose")
-    result.assert_outcomes(passed=2)
+    result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose",
+                                *FOUNDATION)
+    result.assert_outcomes(passed=2, deselected=battery_size("decoder") - 2)
     summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
     assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary
     assert "(accepted: hidden states on purpose)" in summary
@@ -85,7 +92,7 @@ def test_accepted_failure_passes_and_is_listed(pytester):
 def test_json_report_validates_against_the_schema(pytester):
     jsonschema = pytest.importorskip("jsonschema")
     out = pytester.path / "report.json"
-    pytester.runpytest("--tfcheck", LM, "--tfcheck", HEADLESS, "--tfcheck-json", str(out))
+    pytester.runpytest("--tfcheck", LM, "--tfcheck", HEADLESS, "--tfcheck-json", str(out), *FOUNDATION)
     data = json.loads(out.read_text())
     jsonschema.validate(data, json.loads(resources.files("tfcheck").joinpath("data/report.schema.json").read_text()))
     assert [m["spec"] for m in data["models"]] == [LM, HEADLESS]
@@ -101,8 +108,8 @@ def test_tfcheck_all_runs_the_models_listed_in_pyproject(pytester):
         spec = "{HEADLESS}"
         accept = {{"shape.contract" = "this model returns hidden states"}}
     """)
-    result = pytester.runpytest("--tfcheck-all")
-    result.assert_outcomes(passed=4)
+    result = pytester.runpytest("--tfcheck-all", *FOUNDATION)
+    result.assert_outcomes(passed=4, deselected=2 * battery_size("decoder") - 4)
 
 
 @pytest.fixture
@@ -117,23 +124,27 @@ def warning_check():
 
 
 def test_warn_passes_with_a_pytest_warning_and_a_summary_line(pytester, warning_check):
-    result = pytester.runpytest("--tfcheck", LM, "-W", "default")
-    result.assert_outcomes(passed=3, warnings=1)
+    result = pytester.runpytest("--tfcheck", LM, "-W", "default", "-k", "smoke or contract or warns")
+    result.assert_outcomes(passed=3, warnings=1, deselected=battery_size("decoder") - 3)
     result.stdout.fnmatch_lines(["*TfcheckWarning*suspicious but maybe legitimate*",
                                  "*WARN*test.warns: suspicious but maybe legitimate*"])
 
 
 def test_strict_turns_warnings_into_failures(pytester, warning_check):
-    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-strict")
-    result.assert_outcomes(passed=2, failed=1)
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-strict", "-k", "smoke or contract or warns")
+    result.assert_outcomes(passed=2, failed=1, deselected=battery_size("decoder") - 3)
 
 
 def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
     pytest.importorskip("xdist")
     serial, parallel = pytester.path / "serial.json", pytester.path / "parallel.json"
-    args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider"]
-    pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(passed=3, failed=1)
-    pytester.runpytest_subprocess(*args, "-n", "2", "--tfcheck-json", str(parallel)).assert_outcomes(passed=3, failed=1)
+    args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider", *FOUNDATION]
+    deselected = 2 * battery_size("decoder") - 4
+    pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(
+        passed=3, failed=1, deselected=deselected)
+    # Under xdist the workers deselect, so the controller counts no deselected items.
+    pytester.runpytest_subprocess(*args, "-n", "2", "--tfcheck-json", str(parallel)).assert_outcomes(
+        passed=3, failed=1)
 
     def verdicts(path):
         return [(m["spec"], c["check"], c["status"], [f["message"] for f in c["findings"]])
@@ -155,9 +166,9 @@ def test_cli_and_plugin_agree(pytester, capsys):
     from tfcheck.cli import main
 
     out = pytester.path / "plugin.json"
-    pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck", LM, "--tfcheck-json", str(out))
+    pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck", LM, "--tfcheck-json", str(out), *FOUNDATION)
     cli_json = pytester.path / "cli.json"
-    assert main(["check", HEADLESS, LM, "--json", str(cli_json)]) == 1
+    assert main(["check", HEADLESS, LM, "--json", str(cli_json), "--only", "forward.smoke,shape.contract"]) == 1
 
     def verdicts(path):
         return [(m["spec"], c["check"], c["status"]) for m in json.loads(path.read_text())["models"]
@@ -167,14 +178,15 @@ def test_cli_and_plugin_agree(pytester, capsys):
 
 
 def test_deselecting_forward_smoke_does_not_hide_a_broken_forward(pytester):
-    result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-k", "shape")
-    result.assert_outcomes(failed=1, deselected=1)
+    result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-k", "contract")
+    result.assert_outcomes(failed=1, deselected=battery_size("encoder") - 1)
     out = " ".join(result.stdout.str().split())
     assert "forward.smoke (not selected) failed, so shape.contract cannot run" in out and "mat1 and mat2" in out
 
 
 def test_junit_xml_carries_no_payload(pytester):
     xml = pytester.path / "junit.xml"
-    pytester.runpytest("--tfcheck", LM, f"--junitxml={xml}").assert_outcomes(passed=2)
+    pytester.runpytest("--tfcheck", LM, f"--junitxml={xml}", *FOUNDATION).assert_outcomes(
+        passed=2, deselected=battery_size("decoder") - 2)
     text = xml.read_text()
     assert 'tests="2"' in text and "tfcheck_payload" not in text and '"findings"' not in text

@@ -246,9 +246,9 @@ def test_declarations():
 
 
 def test_variants_declare_expectations():
-    assert len(broken.VARIANTS) == 5
+    assert len(broken.VARIANTS) >= 5
     for variant in broken.VARIANTS:
-        assert set(variant.__tfcheck_expect__) == {"check", "row"}
+        assert {"check", "row"} <= set(variant.__tfcheck_expect__) <= {"check", "row", "status"}
         assert variant.__doc__ and "Fix" in variant.__doc__
         variant()  # constructible with no arguments
 

@@ -29,7 +29,7 @@ class TinyLM(nn.Module):
         # True above the diagonal = may NOT attend (nn.MultiheadAttention's boolean convention).
         future = torch.triu(torch.ones(s, s, dtype=torch.bool, device=x.device), diagonal=1)
         h, _ = self.attn(x, x, x, attn_mask=future, need_weights=False)
-        return self.head(h)
+        return self.head(x + h)
 
 
 class TupleOutput(TransformerLM):

@@ -28,11 +28,11 @@ def __getattr__(name: str):
 
         return trace_shapes
     if name == "watch":
-        from tfcheck.watch import watch
+        from tfcheck.watching import watch
 
         return watch
     if name == "explain":
-        from tfcheck.explain import explain_error
+        from tfcheck.explainer import explain_error
 
         return explain_error
     raise AttributeError(f"module 'tfcheck' has no attribute {name!r}")

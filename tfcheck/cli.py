@@ -1,4 +1,5 @@
-"""The command line: ``tfcheck check [SPEC ...]``, ``tfcheck list``, ``tfcheck table``.
+"""The command line: ``tfcheck check [SPEC ...]``, ``tfcheck list``, ``tfcheck table``, ``tfcheck trace SPEC``,
+``tfcheck explain TEXT``.
 
 Exit codes: 0 no failure; 1 a failure (or a warning under --strict); 2 bad usage or a model that cannot
 be loaded; 3 tfcheck itself broke.
@@ -32,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the checks and the declaration keys")
     table = sub.add_parser("table", help="print the troubleshooting table")
     table.add_argument("--lang", choices=("en", "zh"), default="en", help="language (zh: the source wording)")
+    trace = sub.add_parser("trace", help="trace one forward: module calls and attention ops with their shapes")
+    trace.add_argument("spec", metavar="SPEC", help="MODULE:ATTR or path/to/file.py:ATTR")
+    trace.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="declarations",
+                       help="a declaration, e.g. kwargs='{\"num_layers\": 80}' (repeatable)")
+    trace.add_argument("--meta", action="store_true",
+                       help="trace on the meta device: build and run without allocating (any size)")
+    trace.add_argument("--json", metavar="PATH", help="write the trace as JSON to PATH")
     explain = sub.add_parser("explain", help="explain an error message: its troubleshooting rows and what to look at")
     explain.add_argument("text", nargs="+", metavar="TEXT", help="the error message or traceback ('-': read it from stdin)")
     explain.add_argument("--budget", metavar="SIZE", help="memory that must suffice (e.g. 8GiB), for out-of-memory advice")
@@ -47,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list()
         if args.command == "explain":
             return _explain(args)
+        if args.command == "trace":
+            return _trace(args)
         return _table(args.lang)
     except TfcheckError as exc:
         print(f"tfcheck: error: {exc}", file=sys.stderr)
@@ -99,8 +109,30 @@ def _list() -> int:
     return EXIT_OK
 
 
+def _trace(args) -> int:
+    from tfcheck import declarations as decl
+    from tfcheck.engine import load_subject
+    from tfcheck.render import to_string
+    from tfcheck.trace import trace_shapes
+
+    cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
+    if args.meta:
+        import torch
+
+        with torch.device("meta"):  # construct without allocating: parameters are meta tensors
+            subject = load_subject(args.spec, cli)
+    else:
+        subject = load_subject(args.spec, cli)
+    inputs, kwargs = subject.make_inputs(3, min(7, subject.probe_lengths()[-1]))
+    trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, **kwargs)
+    sys.stdout.write(to_string(trace, width=_width(), color=sys.stdout.isatty()))
+    if args.json:
+        Path(args.json).write_text(trace.to_json(), encoding="utf-8")
+    return EXIT_OK if trace.ok else EXIT_FAIL
+
+
 def _explain(args) -> int:
-    from tfcheck.explain import explain_error
+    from tfcheck.explainer import explain_error
     from tfcheck.render import to_string
 
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tfcheck.explain import Explanation, explain, tracking
+from tfcheck.explainer import Explanation, explain, tracking
 from tfcheck.report import Cost
 from tfcheck.subject import Subject, infer_output
 

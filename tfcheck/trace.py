@@ -190,7 +190,7 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
 
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
-    from tfcheck.explain import ModuleStack, explain
+    from tfcheck.explainer import ModuleStack, explain
 
     modules = dict(model.named_modules())
     open_calls = [c for c in recorder.recording.calls if c.raised]

@@ -2,6 +2,9 @@
 check is skipped as blocked, instead of failing twenty times with the same error."""
 from __future__ import annotations
 
+import dataclasses
+
+from tfcheck.context import ModelRaised
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
@@ -17,12 +20,28 @@ def forward_smoke(ctx) -> list[Finding]:
     and select its output tensor. A model that raises fails with the innermost module, the shapes it
     received and the troubleshooting row of the error message."""
     length = min(PROBE_LENGTH, ctx.subject.probe_lengths()[-1])
-    probe = ctx.forward(PROBE_BATCH, length)
+    try:
+        probe = ctx.forward(PROBE_BATCH, length)
+    except ModelRaised as raised:
+        if raised.explanation.row == "tensor-size-mismatch":
+            raise ModelRaised(_with_residual_culprit(ctx, raised.explanation, length)) from raised
+        raise
     out = probe.output
     return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} returned "
                     f"{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
                     Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
                                           "output_dtype": str(out.dtype)})]
+
+
+def _with_residual_culprit(ctx, explanation, length: int):
+    """A size mismatch is most often a residual add: one recorded rerun names the sublayer that changed
+    the width, which the exception alone cannot say."""
+    from tfcheck.checks.shape_residual import failed_residual
+
+    culprit = failed_residual(ctx, *ctx.subject.make_inputs(PROBE_BATCH, length))
+    if culprit is None:
+        return explanation
+    return dataclasses.replace(explanation, message=f"{explanation.message} {culprit}")
 
 
 def _target_note(subject, length: int) -> str:

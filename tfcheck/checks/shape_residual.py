@@ -39,13 +39,8 @@ def shape_residual(ctx) -> list[Finding]:
     by one narrowing back) must feed a residual add whose other operand predates it."""
     subject = ctx.subject
     args, kwargs = subject.make_inputs(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
-    from tfcheck.recorder import Recorder
-    from tfcheck.trace import visible_attention
-
-    recorder = Recorder(subject.model, track_ids=True)
-    with visible_attention(), recorder:
-        ctx.run(args, kwargs, "a recorded forward at the probe size")
-    graph = Dataflow(recorder.recording)
+    recording = _record(ctx, args, kwargs)
+    graph = Dataflow(recording)
     residuals = graph.residuals()
     findings = [_width_finding(r) for r in residuals if r.stream != r.branch]
     findings += [_missing_finding(kind, call) for kind, call in graph.uncovered(residuals)]
@@ -59,6 +54,39 @@ def shape_residual(ctx) -> list[Finding]:
                     f"{residuals[0].stream}; sublayers: {', '.join(names) or '(functional)'}", Location(module=""),
                     {"residuals": [{"sublayer": r.sublayer.path if r.sublayer else None, "shape": r.stream,
                                     "at": f"{r.add.file}:{r.add.line}"} for r in residuals]})]
+
+
+def _record(ctx, args: tuple, kwargs: dict) -> Recording:
+    """One counted forward recorded with tensor identities (the recording survives a raise)."""
+    from tfcheck.recorder import Recorder
+    from tfcheck.trace import visible_attention
+
+    recorder = Recorder(ctx.subject.model, track_ids=True)
+    with visible_attention(), recorder:
+        ctx.run(args, kwargs, "a recorded forward at the probe size")
+    return recorder.recording
+
+
+def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
+    """For a forward that raises in an add: which sublayer made the operand of the wrong shape."""
+    from tfcheck.context import ModelRaised
+
+    from tfcheck.recorder import Recorder
+    from tfcheck.trace import visible_attention
+
+    recorder = Recorder(ctx.subject.model, track_ids=True)
+    try:
+        with visible_attention(), recorder:
+            ctx.run(args, kwargs, "a recorded rerun of the failing forward")
+    except ModelRaised:
+        pass
+    graph = Dataflow(recorder.recording)
+    for r in graph.residuals():
+        if r.add.raised and r.sublayer is not None:
+            return (f"The residual add at {r.add.file}:{r.add.line} got {r.branch} from sublayer "
+                    f"'{r.sublayer.path}' ({r.sublayer.cls}) for the stream {r.stream}: that sublayer changes the "
+                    f"width {r.stream[-1]} -> {r.branch[-1]}.")
+    return None
 
 
 def _width_finding(r: Residual) -> Finding:
@@ -91,7 +119,10 @@ class Dataflow:
         for op in recording.ops:
             if op.level == "function" or op.parent_op is None:
                 for t in op.output_ids:
-                    self.made_by[t] = op.index
+                    # An op that hands back one of its inputs (dropout in eval, an in-place op) did not
+                    # make that tensor: keep its real maker, or the chain back to the sublayer breaks.
+                    if t not in op.input_ids:
+                        self.made_by[t] = op.index
         self.ops = [o for o in recording.ops if o.level == "function" or o.parent_op is None]
         self.by_index = {o.index: o for o in self.ops}
 
@@ -162,8 +193,7 @@ class Dataflow:
         """Attention and feed-forward sublayers whose output no residual add carries around them."""
         out = []
         for kind, call in self._sublayers():
-            covered = any(self.made_by.get(r_x := r.add.input_ids[0], -1) < call.first_op or
-                          self.made_by.get(r.add.input_ids[1], -1) < call.first_op
+            covered = any(min(self.made_by.get(t, -1) for t in r.add.input_ids) < call.first_op
                           for r in residuals if r.add.index > call.last_op
                           and any(self.depends(t, set(call.output_ids)) for t in r.add.input_ids))
             if not covered:

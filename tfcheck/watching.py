@@ -19,7 +19,6 @@ import linecache
 import os
 import sys
 import traceback
-import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -28,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.explain import Explanation, ModuleStack, _is_library, _short_path, explain, parse_bytes, tracking
+from tfcheck.explainer import Explanation, ModuleStack, _is_library, _short_path, explain, parse_bytes, tracking
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only
 #: record it on ``w.first_nonfinite``, or not look at all (no per-module check: no cost on a GPU).
@@ -304,14 +303,3 @@ def _attach(exc: BaseException, explanation: Explanation) -> None:
     else:  # Python 3.10: no notes in the traceback; the explanation stays on w.explanation
         with contextlib.suppress(Exception):
             exc.__notes__ = [*getattr(exc, "__notes__", []), note]
-
-
-class _CallableModule(types.ModuleType):
-    """``tfcheck.watch`` is both this module and the public function: once the submodule is imported the
-    package attribute is the module, so calling the module forwards to ``watch``."""
-
-    def __call__(self, model: nn.Module, on_nonfinite: str = "warn", budget: int | str | None = None) -> Watch:
-        return watch(model, on_nonfinite, budget)
-
-
-sys.modules[__name__].__class__ = _CallableModule

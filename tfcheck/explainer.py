@@ -12,9 +12,7 @@ import contextlib
 import math
 import os
 import re
-import sys
 import traceback
-import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -642,14 +640,3 @@ def _short_path(path: str) -> str:
     except ValueError:
         return path
     return rel if not rel.startswith("..") else path
-
-
-class _CallableModule(types.ModuleType):
-    """``tfcheck.explain`` is both this module and the public function: importing the submodule (the
-    engine does) makes the package attribute the module, so the module call forwards to explain_error."""
-
-    def __call__(self, error: BaseException | str, budget: int | str | None = None) -> Explanation:
-        return explain_error(error, budget)
-
-
-sys.modules[__name__].__class__ = _CallableModule
