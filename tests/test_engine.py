@@ -262,3 +262,11 @@ def test_a_factorys_own_declarations_are_read():
     build.__tfcheck__ = {"kind": "encoder"}
     assumed = {a.key: a for a in tfcheck.run_checks(build).models[0].assumptions}
     assert assumed["kind"].value == "encoder" and "__tfcheck__ on build" in assumed["kind"].source
+
+
+def test_a_model_too_large_to_build_is_refused_before_allocating():
+    with pytest.raises(SpecError) as info:
+        tfcheck.run_checks("reference_model:TransformerLM",
+                           kwargs={"num_layers": 80, "d_model": 8192, "num_heads": 64, "d_ff": 32768})
+    message = str(info.value)
+    assert "would allocate 240.0 GiB of parameters" in message and "--meta" in message

@@ -175,6 +175,7 @@ def build(origin: Any, spec: str, kwargs: dict[str, Any]) -> Loaded:
             "module instance."
         )
     filled = fill_arguments(origin, kwargs, spec)
+    _refuse_if_too_large(origin, {**filled, **kwargs}, spec)
     try:
         model = origin(**{**filled, **kwargs})
     except Exception as exc:
@@ -191,6 +192,27 @@ def build(origin: Any, spec: str, kwargs: dict[str, Any]) -> Loaded:
             "or a factory that returns the model."
         )
     return Loaded(model, spec, origin, filled)
+
+
+def _refuse_if_too_large(origin: Any, arguments: dict[str, Any], spec: str) -> None:
+    """Count the parameters on the meta device first: a default config of billions is never allocated."""
+    import torch
+
+    from tfcheck.sizing import MEMORY_SHARE, available_bytes, human, meta_parameter_bytes
+
+    if torch.get_default_device().type == "meta":
+        return  # already building on meta: nothing will be allocated
+    measured = meta_parameter_bytes(lambda: origin(**arguments))
+    if measured is None:
+        return
+    count, size = measured
+    budget = int(available_bytes() * MEMORY_SHARE)
+    if size > budget:
+        raise SpecError(
+            f"building {spec}({_fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}); "
+            f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the memory available). Give smaller "
+            "sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}'), or trace it "
+            "without allocating: tfcheck trace SPEC --meta.")
 
 
 def fill_arguments(origin: Any, kwargs: dict[str, Any], spec: str) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""Size safety: before tfcheck allocates a model it builds, count its parameters on the meta device and
+refuse a build that would not fit, with a message that says how to shrink it."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+#: Share of the available memory a model tfcheck builds may take (the probes and copies need the rest).
+MEMORY_SHARE = 0.25
+
+
+def available_bytes() -> int:
+    """Memory available now (Linux MemAvailable; otherwise physical memory)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int] | None:
+    """(parameter count, bytes) of the module ``build()`` makes, built on the meta device (nothing is
+    allocated); None when the constructor cannot run there (it needs data, or is not a module)."""
+    import torch
+    import torch.nn as nn
+
+    try:
+        with torch.device("meta"):
+            model = build()
+    except Exception:  # noqa: BLE001 - any constructor failure here just means "measure it for real"
+        return None
+    if not isinstance(model, nn.Module):
+        return None
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
+    return (sum(t.numel() for t in model.parameters()),
+            sum(t.numel() * t.element_size() for t in tensors))
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
