@@ -14,6 +14,7 @@ from typing import Any, Callable
 from tfcheck.errors import DeclarationError
 
 KINDS = ("encoder", "decoder", "seq2seq", "attention")
+PRECISIONS = ("fp32", "fp16", "bf16")
 MASK_CONVENTIONS = ("keep", "pad", "additive")
 
 
@@ -119,6 +120,21 @@ def _accept(v: Any) -> dict[str, str]:
     raise ValueError("expected a table of check id -> reason (each reason a non-empty string)")
 
 
+def _float_positive(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a positive number")
+    x = float(v)
+    if not x > 0:
+        raise ValueError("expected a positive number")
+    return x
+
+
+def _precision(v: Any) -> str:
+    if v not in PRECISIONS:
+        raise ValueError(f"expected one of {', '.join(PRECISIONS)}")
+    return v
+
+
 def _kwargs(v: Any) -> dict[str, Any]:
     if isinstance(v, str):
         try:
@@ -154,6 +170,17 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "Failures of these checks are reported as 'accepted' with the reason instead of failing.", _accept),
     Key("kwargs", "JSON object", "Constructor arguments; they win over the small values tfcheck fills in.",
         _kwargs),
+    Key("schedule", "module:function",
+        "The learning-rate schedule: a factory fn(optimizer) -> scheduler, or fn(params) -> (optimizer, "
+        "scheduler).", _callable_or_spec),
+    Key("warmup_steps", "INT", "The warmup length the schedule is meant to have.", _positive_int),
+    Key("total_steps", "INT", "The planned number of training steps (the schedule is stepped over them).",
+        _positive_int),
+    Key("lr", "FLOAT", "The base learning rate given to the optimizer.", _float_positive),
+    Key("precision", "fp32 | fp16 | bf16",
+        "The precision the model trains in; fp16 / bf16 also opt in to a run under autocast.", _precision),
+    Key("train_steps", "INT", "The step budget of the training checks (overfitting one batch and the like).",
+        _positive_int),
 ]}
 
 

@@ -234,7 +234,7 @@ class _Resolver:
         if d is None:
             return False
         value = d.value
-        if key == "inputs" and isinstance(value, str):
+        if key in ("inputs", "schedule") and isinstance(value, str):
             from tfcheck.spec import import_target, resolve_attr, split_spec
 
             target, attr = split_spec(value)
@@ -248,6 +248,9 @@ class _Resolver:
                 "constructor arguments", {k: _brief(v) for k, v in self.s.loaded.filled.items()},
                 "filled by tfcheck with small values (override with the 'kwargs' declaration)"))
         for key in ("accept", "inputs"):
+            self.declared(key)
+        # Training and precision facts come only from declarations: nothing in a model says them.
+        for key in ("schedule", "warmup_steps", "total_steps", "lr", "precision", "train_steps"):
             self.declared(key)
         self.kind()
         self.from_config("vocab_size")
