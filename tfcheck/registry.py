@@ -21,6 +21,9 @@ class Check:
     func: Callable
     doc: str
     order: int = 100
+    #: "probe" checks look at forwards; "training" checks take optimiser steps on a copy, with a budget
+    #: of their own (the train_steps declaration), reported apart from the probe battery's cost.
+    group: str = "probe"
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
@@ -29,13 +32,15 @@ class Check:
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100) -> Callable:
+def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100,
+          group: str = "probe") -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
-        _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order)
+        _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
+                              group)
         return func
     return register
 
