@@ -258,54 +258,51 @@ class Recorder:
         if self.on_op is not None:
             self.on_op(event, args, kwargs, out)
 
-
-class _FunctionMode(TorchFunctionMode):
-    def __init__(self, recorder: Recorder):
-        super().__init__()
-        self.recorder = recorder
-
-    def __enter__(self):
-        self._entered = True
-        return super().__enter__()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
-        if name.endswith(_NOISE):
-            return func(*args, **kwargs)
-        rec = self.recorder
-        event = rec.begin("function", name, args, kwargs)
-        outer, rec._function_op = rec._function_op, event.index
+    def observe(self, level: str, name: str, func, args: tuple, kwargs: dict) -> Any:
+        """Run one op and record it; aten ops run inside a function-level call point back at it."""
+        event = self.begin(level, name, args, kwargs)
+        outer = self._function_op
+        if level == "function":
+            self._function_op = event.index
         try:
             out = func(*args, **kwargs)
         except BaseException:
             event.raised = True
             raise
         finally:
-            rec._function_op = outer
-        rec.finish(event, args, kwargs, out)
+            self._function_op = outer
+        self.finish(event, args, kwargs, out)
         return out
 
 
-class _DispatchMode(TorchDispatchMode):
-    def __init__(self, recorder: Recorder):
-        super().__init__()
-        self.recorder = recorder
+class _Entered:
+    """Remembers whether a mode was entered, so an early failure removes only what was installed."""
 
     def __enter__(self):
         self._entered = True
         return super().__enter__()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+
+class _FunctionMode(_Entered, TorchFunctionMode):
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        event = self.recorder.begin("aten", str(func), args, kwargs)
-        try:
-            out = func(*args, **kwargs)
-        except BaseException:
-            event.raised = True
-            raise
-        self.recorder.finish(event, args, kwargs, out)
-        return out
+        name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+        if name.endswith(_NOISE):
+            return func(*args, **kwargs)
+        return self.recorder.observe("function", name, func, args, kwargs)
+
+
+class _DispatchMode(_Entered, TorchDispatchMode):
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.recorder.observe("aten", str(func), func, args, kwargs or {})
 
 
 def _metas(value: Any) -> tuple[TensorMeta, ...]:
