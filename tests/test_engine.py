@@ -270,3 +270,8 @@ def test_a_model_too_large_to_build_is_refused_before_allocating():
                            kwargs={"num_layers": 80, "d_model": 8192, "num_heads": 64, "d_ff": 32768})
     message = str(info.value)
     assert "would allocate 240.0 GiB of parameters" in message and "--meta" in message
+
+
+def test_a_forward_taking_varargs_gets_the_tokens_positionally():
+    report = tfcheck.run_checks("zoo:VarArgsWrapper", only=["forward.smoke", "shape.contract"])
+    assert {r.status for r in report.models[0].results} == {Status.PASS}, str(report)

@@ -370,6 +370,9 @@ class _Resolver:
                     f"{self.s.spec}.forward requires argument {name!r}, which tfcheck cannot build. Declare "
                     f"inputs=module:factory (fn(batch, length) -> (args, kwargs)), or mask={name}:keep if it is "
                     "the padding mask.")
+        if not plan and _takes_varargs(self.model):
+            # forward(*args): the inputs go in positionally, as a wrapper would pass them on.
+            plan.append((None, "features" if features else "tokens"))
         if not plan:
             raise SpecError(f"{self.s.spec}.forward takes no arguments; declare inputs=module:factory")
         self.s.facts["call_plan"] = plan
@@ -415,6 +418,13 @@ def _forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
     except (TypeError, ValueError):
         return {}
     return {n: p for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _takes_varargs(model: nn.Module) -> bool:
+    try:
+        return any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
 
 
 def _first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
