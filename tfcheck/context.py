@@ -9,8 +9,12 @@ The API for check authors:
 - ``ctx.run(args, kwargs, what, grad=False)``: one forward on inputs the check built; returns a Probe.
   Batch the perturbations of a measurement into one call: cost is counted in passes and token-passes.
 - ``ctx.record(args, kwargs, what, on_op=None)``: the same, under the op recorder; returns (Probe, Recording).
+- ``ctx.call(args, kwargs, what, tokens, grad=False)``: the raw return value of one counted forward, for
+  calls whose return differs from the declared output (a decoding step returning (logits, cache)).
 - ``ctx.count_backward(tokens)``: account a backward the check ran itself (with ``torch.autograd.grad``,
   never ``.backward()``, so ``.grad`` fields stay untouched).
+A check that does not apply to some models says so with ``@check(..., applies=fn)``, ``fn(subject)``
+returning the reason it does not apply (or None): such a check is no item and no finding for them.
 Outputs handed out may be shared between checks: never modify them in place.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.findings import Finding
 from tfcheck.guard import preserved
 from tfcheck.registry import Check, all_checks
-from tfcheck.report import CheckResult, ModelReport
+from tfcheck.report import Assumption, CheckResult, ModelReport
 from tfcheck.status import Status
 from tfcheck.subject import Subject, build_subject
 
@@ -61,7 +61,16 @@ def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
 
 
 def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> list[Check]:
-    checks = [c for c in all_checks() if c.applies_to(subject.kind)]
+    """The checks that apply to the subject (by kind and by each check's own ``applies``), in battery order.
+    Those that do not apply are noted once among the subject's assumptions, with the reason."""
+    checks = []
+    for chk in all_checks():
+        reason = chk.not_applicable(subject)
+        if reason is None:
+            checks.append(chk)
+        elif chk.applies_to(subject.kind) and not any(a.key == "not applicable" and a.value == chk.id
+                                                       for a in subject.assumptions):
+            subject.assumptions.append(Assumption("not applicable", chk.id, reason))
     if only is not None:
         wanted = set(only)
         known = {c.id for c in all_checks()}

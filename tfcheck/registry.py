@@ -24,23 +24,33 @@ class Check:
     #: "probe" checks look at forwards; "training" checks take optimiser steps on a copy, with a budget
     #: of their own (the train_steps declaration), reported apart from the probe battery's cost.
     group: str = "probe"
+    #: ``applies(subject) -> None`` when the check applies, else the reason it does not (e.g. "forward
+    #: takes no cache argument"); a check that does not apply is no item and no finding, only a line
+    #: among the report's assumptions.
+    applies: Callable | None = None
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
+
+    def not_applicable(self, subject) -> str | None:
+        """Why the check does not apply to this subject, or None when it does."""
+        if not self.applies_to(subject.kind):
+            return f"not for kind {subject.kind or 'unknown'}"
+        return self.applies(subject) if self.applies is not None else None
 
 
 _REGISTRY: dict[str, Check] = {}
 
 
 def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100,
-          group: str = "probe") -> Callable:
+          group: str = "probe", applies: Callable | None = None) -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
         _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
-                              group)
+                              group, applies)
         return func
     return register
 

@@ -1,0 +1,170 @@
+"""attention.heads and decode.cache proven both ways: every broken pattern caught with its row and the
+op's module and line; no failure on the reference models, torch.nn Transformers, Hugging Face models
+built from configs and correct models in other layouts."""
+from __future__ import annotations
+
+import pytest
+import torch.nn as nn
+
+import tfcheck
+from reference_model import broken
+from tfcheck import Status
+from tfcheck.attention_sites import Operand
+
+HEADS, CACHE = "attention.heads", "decode.cache"
+
+
+def result(spec, check, **declarations):
+    return tfcheck.run_checks(spec, only=[check], **declarations).models[0].result(check)
+
+
+def nn_encoder():
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=2)
+
+
+def nn_transformer():
+    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
+                          batch_first=True)
+
+
+CORRECT = ["reference_model:TransformerEncoder", "reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
+           nn_encoder, nn_transformer, "zoo:TinyLM", "zoo_heads:EinsumHeadsAfterPositions", "zoo_heads:CachedRotaryLM",
+           "zoo_heads:LatentBottleneck"]
+HF = ["GPT2LMHeadModel", "BertModel", "LlamaForCausalLM", "T5ForConditionalGeneration"]
+
+
+def _id(spec):
+    return spec if isinstance(spec, str) else spec.__name__
+
+
+@pytest.mark.parametrize("spec", CORRECT + [f"transformers:{c}" for c in HF], ids=_id)
+def test_correct_models_pass_attention_heads_with_every_merge_verified(spec):
+    if str(spec).startswith("transformers:"):
+        pytest.importorskip("transformers")
+    res = result(spec, HEADS)
+    assert res.status is Status.PASS, str(res.findings)
+    checked = res.findings[0].evidence["checked"]
+    assert [c["length"] for c in checked] == [5, 9]  # two distinct probe lengths
+    for c in checked:  # not vacuous: attention was found and each merge matched its heads
+        assert c["sites"] >= 1 and c["merges_verified"] == c["sites"]
+    assert any("only" in n for n in res.findings[0].evidence["notes"])  # the split was judged, not skipped
+
+
+@pytest.mark.parametrize("variant,module,line_text", [
+    (broken.HeadsMergedWithoutTranspose, "layers.0.self_attn.w_o", "out.view(b, s_q, self.d_model)"),
+    (broken.HeadsSplitWithoutTranspose, "layers.0.self_attn", "x.view(b, self.num_heads, s, self.d_k)"),
+    (broken.ScoresOverFeatures, "", "q.transpose(-2, -1) @ k"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_each_head_bug_is_caught_with_its_row_module_and_line(variant, module, line_text):
+    res = result(variant, HEADS)
+    assert res.status is Status.FAIL
+    [finding] = [f for f in res.findings if f.status is Status.FAIL]
+    assert finding.row == variant.__tfcheck_expect__["row"]
+    assert finding.location.module == module
+    with open(finding.location.file) as f:
+        assert line_text in f.read().splitlines()[finding.location.line - 1]
+
+
+def test_a_split_bug_shows_positions_spread_differently_per_head():
+    finding = result(broken.HeadsSplitWithoutTranspose, HEADS).findings[0]
+    per_head = finding.evidence["q"]["changed_positions_per_head"]
+    assert len({tuple(h) for h in per_head}) > 1
+    assert finding.evidence["q"]["largest_change_elsewhere"] > finding.evidence["q"]["tolerance"]
+
+
+def test_wrong_score_axes_fail_at_both_lengths_with_the_sizes_measured():
+    finding = result(broken.ScoresOverFeatures, HEADS).findings[0]
+    assert finding.evidence["query_key_sizes"] == (8, 8) and finding.evidence["score_shape"] == (2, 4, 8, 8)
+    assert 8 not in finding.evidence["probe_lengths"]
+
+
+def test_a_convolution_before_attention_warns_instead_of_failing():
+    res = result("zoo_heads:ConvBeforeAttention", HEADS)
+    assert [f.status for f in res.findings] == [Status.WARN]
+    assert "convolution" in res.findings[0].message and res.findings[0].row is None
+
+
+def test_no_attention_is_inconclusive_not_a_pass():
+    res = result("zoo_heads:PerTokenWithCache", HEADS)
+    assert res.status is Status.SKIP and "no attention found" in res.findings[0].message
+
+
+def test_attention_heads_costs_two_batched_passes():
+    res = result("reference_model:TransformerLM", HEADS)
+    assert res.cost.forward == 2 and res.cost.token_passes == 2 * 5 + 2 * 9
+
+
+def test_operand_layout_merges_batch_and_heads_batch_outermost():
+    import torch
+
+    q = torch.arange(2 * 3 * 5 * 4.0).view(2, 3, 5, 4)  # (b, h, s, d)
+    bmm_view = Operand(q.reshape(6, 5, 4), 0, -2).by_position(2)
+    assert torch.equal(bmm_view, Operand(q, 0, -2).by_position(2))
+    assert bmm_view.shape == (2, 5, 3, 4)
+
+
+# ----- decode.cache -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["zoo_heads:CachedRotaryLM"] + [f"transformers:{c}" for c in
+                                                                  ("GPT2LMHeadModel", "LlamaForCausalLM",
+                                                                   "T5ForConditionalGeneration")], ids=_id)
+def test_cached_decoding_matches_the_full_forward_on_correct_models(spec):
+    if spec.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    res = result(spec, CACHE)
+    assert res.status is Status.PASS, str(res.findings)
+    evidence = res.findings[0].evidence
+    assert max(evidence["largest_difference_per_step"]) <= evidence["tolerance"] < evidence["positive_control_change"]
+    assert res.cost.forward == 7  # one full forward + 6 steps of one token
+
+
+def test_decode_cache_cost_is_linear_in_length():
+    res = result("zoo_heads:CachedRotaryLM", CACHE)
+    assert res.cost.token_passes == 2 * 6 + 6 * 2  # full forward (2 x 6) + 6 steps x 2 samples x 1 token
+
+
+@pytest.mark.parametrize("variant", [broken.CachePositionsRestartAtZero, broken.CacheWithTopLeftIsCausal],
+                         ids=lambda v: v.__name__)
+def test_each_cache_bug_fails_from_the_second_step(variant):
+    res = result(variant, CACHE)
+    assert res.status is Status.FAIL
+    finding = res.findings[0]
+    assert finding.row == "kv-cache-decode-mismatch"
+    per_step = finding.evidence["largest_difference_per_step"]
+    assert per_step[0] <= finding.evidence["tolerance"] < min(per_step[1:])
+
+
+def test_top_left_is_causal_is_named_at_its_op():
+    finding = result(broken.CacheWithTopLeftIsCausal, CACHE).findings[0]
+    assert "is_causal=True on 1 queries and 2 keys" in finding.message
+    assert finding.location.module == "layers.0.attn" and finding.location.file.endswith("heads.py")
+
+
+def test_unknown_causality_turns_the_mismatch_into_a_warning_naming_the_declaration():
+    res = result("zoo_heads:UndeclaredCachedLM", CACHE)
+    assert res.status is Status.WARN and "declare causal=true" in res.findings[0].message
+    assert result("zoo_heads:UndeclaredCachedLM", CACHE, causal=True).status is Status.FAIL
+
+
+def test_decode_cache_is_not_applicable_without_a_cache_argument_and_says_why():
+    report = tfcheck.run_checks("reference_model:TransformerLM", only=[CACHE])
+    assert CACHE not in {r.check for r in report.models[0].results}
+    noted = [a for a in report.models[0].assumptions if a.key == "not applicable" and a.value == CACHE]
+    assert noted and noted[0].source.startswith("forward takes no cache argument")
+
+
+@pytest.mark.parametrize("spec,reason", [
+    ("zoo_heads:PerTokenWithCache", "inconclusive: changing the first token did not change"),
+    ("transformers:BertModel", "inconclusive: the model returned no cache"),
+])
+def test_decode_cache_skips_with_its_reason(spec, reason):
+    if spec.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    res = result(spec, CACHE)
+    assert res.status is Status.SKIP and res.findings[0].message.startswith(reason)
+
+
+def test_decode_cache_does_not_apply_to_encoders():
+    report = tfcheck.run_checks("reference_model:TransformerEncoder", only=[CACHE])
+    assert CACHE not in {r.check for r in report.models[0].results}
