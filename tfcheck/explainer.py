@@ -94,6 +94,8 @@ def _pop(stack: ModuleStack):
 
 def shape_of(value: Any) -> str:
     if isinstance(value, torch.Tensor):
+        if value.is_nested:  # nn.TransformerEncoder's padded fast path: a nested tensor has no sizes
+            return f"nested tensor of {value.size(0)} {str(value.dtype).replace('torch.', '')}"
         return f"{tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
     if isinstance(value, (tuple, list)):
         return "(" + ", ".join(shape_of(v) for v in value) + ")"

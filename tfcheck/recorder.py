@@ -42,6 +42,8 @@ class TensorMeta:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorMeta":
+        if t.is_nested:  # a nested tensor has no single shape; its component count stands in
+            return cls((t.size(0),), "nested " + str(t.dtype).replace("torch.", ""), t.device.type)
         return cls(tuple(int(s) for s in t.shape), str(t.dtype).replace("torch.", ""), t.device.type)
 
     def __str__(self) -> str:

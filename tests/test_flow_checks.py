@@ -1,0 +1,141 @@
+"""batch.independence, position.sensitivity and cross.dependence, proven both ways: every named pattern is
+caught (reference variants in reference_model.broken.flow, other styles in tests/zoo_flow.py), and correct
+models — the reference models, torch.nn used as documented, Hugging Face models built from configs — raise
+no failure."""
+from __future__ import annotations
+
+import pytest
+import torch.nn as nn
+
+import tfcheck
+from reference_model.broken import flow as broken
+from tfcheck import Status
+
+CHECKS = ("batch.independence", "position.sensitivity", "cross.dependence")
+
+
+def result(spec, check, **declared):
+    return tfcheck.run_checks(spec, only=[check], **declared).models[0].result(check)
+
+
+def failure(spec, check, **declared):
+    res = result(spec, check, **declared)
+    failed = [f for f in res.findings if f.status is Status.FAIL]
+    assert failed, str(res.findings)
+    return failed[0]
+
+
+@pytest.mark.parametrize("spec,check,row,needle", [
+    ("zoo_flow:MultiheadAttentionBatchFirstMismatch", "batch.independence", "sample-depends-on-batch",
+     "batch_first mismatch: nn.MultiheadAttention 'attn'"),
+    ("zoo_flow:HFStyleEncoderCentresOverTheBatch", "batch.independence", "sample-depends-on-batch",
+     "statistics over the batch: mean reduces over dim 0"),
+    ("zoo_flow:GPTPositionsFromBatchSize", "batch.independence", "sample-depends-on-batch", "arange(x.size(0))"),
+    ("zoo_flow:GPTPositionsFromBatchSize", "position.sensitivity", "position-table-wrong-axis", "positions repeat"),
+    ("zoo_flow:TutorialEncoderWithoutPositions", "position.sensitivity", "no-position-signal",
+     "only permuted the outputs"),
+    ("zoo_flow:HFStyleSeq2SeqCrossAttendsToItself", "cross.dependence", "cross-attention-ignores-source",
+     "'decoder.0' (_Decoder"),
+    ("zoo_flow:TokenTransformerWithoutMemoryMask", "cross.dependence", "source-padding-reaches-cross-attention",
+     "the leak is in cross-attention: 'transformer.decoder.layers.0.multihead_attn'"),
+])
+def test_patterns_in_other_styles_are_caught_and_named(spec, check, row, needle):
+    found = failure(spec, check)
+    assert found.row == row and needle in found.message, found.message
+    assert found.evidence["tolerance"] > 0
+
+
+@pytest.mark.parametrize("variant,needle,module", [
+    (broken.EncoderMergesBatchWithReshape, "a reshape/view or index moves values across the batch axis",
+     "layers.0.self_attn"),
+    (broken.LMNormalisesOverTheBatch, "statistics over the batch", "layers.0.norm1"),
+])
+def test_batch_mixing_points_at_the_first_op_where_the_sample_changes(variant, needle, module):
+    found = failure(variant, "batch.independence")
+    assert needle in found.message and found.location.module == module
+    assert found.location.file.endswith("flow.py") and found.location.line > 0
+    assert found.evidence["sample_0_change_when_neighbours_replaced"] > found.evidence["tolerance"]
+
+
+def test_a_table_indexed_by_the_batch_shows_as_a_dependence_on_the_batch_index():
+    found = failure(broken.EncoderPositionTableIndexedByBatch, "batch.independence")
+    assert found.evidence["sample_0_change_when_neighbours_replaced"] <= found.evidence["tolerance"]
+    assert "index in the batch" in found.message and found.location.module == "pos"
+
+
+def test_the_layer_whose_cross_attention_ignores_the_source_is_named_and_the_others_are_not():
+    found = failure(broken.Seq2SeqCrossAttentionOnDecoderStates, "cross.dependence")
+    per_module = found.evidence["per_module_change_from_the_source_alone"]
+    assert per_module["decoder_layers.1"]["change"] <= per_module["decoder_layers.1"]["tolerance"]
+    assert per_module["decoder_layers.0.cross_attn"]["change"] > per_module["decoder_layers.0.cross_attn"]["tolerance"]
+    assert found.location.module == "decoder_layers.1"
+    # From outside nothing looks wrong: the output still depends on the source, through layer 0.
+    assert found.evidence["decoder_output_change_when_the_source_changes"] > found.evidence["tolerance"]
+
+
+def test_padding_that_reaches_cross_attention_is_told_apart_from_an_encoder_leak():
+    found = failure(broken.Seq2SeqSourcePaddingReachesCrossAttention, "cross.dependence")
+    assert found.evidence["memory_change_at_real_positions"] <= found.evidence["tolerance"]
+    assert "the leak is in cross-attention" in found.message
+
+
+@pytest.mark.parametrize("spec", ["zoo_flow:LMWithoutPositions", "zoo:TinyLM"])
+def test_a_decoder_without_positions_is_a_warning_that_explains_why(spec):
+    res = result(spec, "position.sensitivity")
+    assert res.status is Status.WARN, str(res.findings)
+    assert "NoPE" in res.findings[0].message and res.findings[0].row == "no-position-signal"
+    assert res.findings[0].evidence["positive_control_row_spread"] > res.findings[0].evidence["tolerance"]
+
+
+def test_unknown_kind_without_positions_warns_and_names_the_declaration_that_decides():
+    res = result("zoo:NeedsArguments", "position.sensitivity")
+    assert res.status is Status.WARN and "declare kind=encoder" in res.findings[0].message
+    assert result("zoo:NeedsArguments", "position.sensitivity", kind="encoder").status is Status.FAIL
+
+
+def nn_transformer():
+    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
+                          batch_first=True)
+
+
+def nn_encoder():
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=2)
+
+
+@pytest.mark.parametrize("spec", ["reference_model:TransformerEncoder", "reference_model:TransformerLM",
+                                  "reference_model:Seq2SeqTransformer", nn_transformer, nn_encoder,
+                                  "transformers:GPT2LMHeadModel", "transformers:BertModel",
+                                  "transformers:LlamaForCausalLM", "transformers:T5ForConditionalGeneration"],
+                         ids=lambda s: s if isinstance(s, str) else s.__name__)
+def test_correct_models_raise_no_failure(spec):
+    if isinstance(spec, str) and spec.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    report = tfcheck.run_checks(spec, only=list(CHECKS))
+    findings = list(report.models[0].findings())
+    features = not isinstance(spec, str)
+    for f in findings:
+        # nn.Transformer* take features: their positions are the caller's to add, which is a skip with a reason.
+        allowed = {Status.PASS, Status.SKIP} if features and f.check == "position.sensitivity" else {Status.PASS}
+        assert f.status in allowed, f"{f.check}: {f.message}"
+        if f.status is Status.SKIP:
+            assert "the caller's to add" in f.message
+
+
+def test_the_position_signal_is_read_at_the_first_attention_for_rotary_and_relative_schemes():
+    pytest.importorskip("transformers")
+    llama = result("transformers:LlamaForCausalLM", "position.sensitivity").findings[0]
+    assert llama.location.module == "model.layers.0.self_attn"  # rotary lives in q and k
+    t5 = result("transformers:T5ForConditionalGeneration", "position.sensitivity").findings
+    decoder_side = next(f for f in t5 if "decoder self-attention" in f.message)
+    assert decoder_side.location.module == "decoder.block.0.layer.0.SelfAttention"  # relative bias in the scores
+
+
+def test_costs_are_a_small_constant_number_of_passes():
+    report = tfcheck.run_checks("reference_model:TransformerLM", only=["forward.smoke", *CHECKS[:2]])
+    costs = {r.check: r.cost for r in report.models[0].results}
+    assert costs["batch.independence"].forward == 2 and costs["batch.independence"].reused == 1
+    assert costs["batch.independence"].token_passes == 3 * 7 + 2 * 7
+    assert costs["position.sensitivity"].forward == 1 and costs["position.sensitivity"].token_passes == 21
+    seq2seq = tfcheck.run_checks("reference_model:Seq2SeqTransformer", only=["cross.dependence"])
+    assert seq2seq.models[0].result("cross.dependence").cost.forward == 4

@@ -1,0 +1,188 @@
+"""mask.causal and mask.padding, proven both ways: every named pattern caught by a broken model (the
+reference gallery and other people's styles in zoo_masks), and no failure on correct models."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+import torch.nn as nn
+from rich.console import Console
+
+import tfcheck
+from reference_model import broken
+from tfcheck import Status, leakmap
+
+CAUSAL, PADDING = "mask.causal", "mask.padding"
+
+
+def result(model, check, **declared):
+    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
+
+
+def nn_encoder():
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=2)
+
+
+def nn_transformer():
+    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
+                          batch_first=True)
+
+
+CORRECT = [
+    ("reference_model:TransformerLM", (CAUSAL, PADDING)),
+    ("reference_model:Seq2SeqTransformer", (CAUSAL, PADDING)),
+    ("reference_model:TransformerEncoder", (PADDING,)),
+    (nn_encoder, (PADDING,)),
+    (nn_transformer, (CAUSAL, PADDING)),
+    ("zoo_masks:MHAGPT", (CAUSAL,)),
+    ("zoo_masks:TutorialEncoder", (PADDING,)),
+    ("zoo_masks:HFLikeEncoder", (PADDING,)),
+    ("zoo_masks:HFLikeBmmEncoder", (PADDING,)),
+    ("zoo_masks:HFLikeCausalLM", (CAUSAL, PADDING)),
+    ("zoo_masks:TorchSeq2Seq", (CAUSAL, PADDING)),
+]
+
+
+@pytest.mark.parametrize("model,checks", CORRECT, ids=lambda v: v if isinstance(v, str) else getattr(v, "__name__", ""))
+def test_correct_models_pass(model, checks):
+    report = tfcheck.run_checks(model, only=list(checks))
+    for check in checks:
+        res = report.models[0].result(check)
+        assert res.status is Status.PASS, str(report)
+        ev = res.findings[0].evidence
+        assert ev["largest_forbidden_change"] <= ev["tolerance"] < ev["positive_control_change"]
+
+
+@pytest.mark.parametrize("cls", ["GPT2LMHeadModel", "LlamaForCausalLM", "T5ForConditionalGeneration", "BertModel"])
+def test_hugging_face_models_built_from_configs_do_not_fail(cls):
+    pytest.importorskip("transformers")
+    report = tfcheck.run_checks(f"transformers:{cls}", only=[CAUSAL, PADDING])
+    assert report.models[0].result(PADDING).status is Status.PASS, str(report)
+    causal = report.models[0].result(CAUSAL)
+    # BertModel declares no kind: its bidirectional attention is a warning naming the declaration.
+    assert causal.status is (Status.WARN if cls == "BertModel" else Status.PASS), str(report)
+
+
+MASK_VARIANTS = [
+    (broken.LMWithoutCausalMask, "no mask at all"),
+    (broken.CausalMaskOffByOne, "diagonal off by one"),
+    (broken.CausalMaskInverted, "inverted"),
+    (broken.CausalMaskAfterSoftmax, "normalisation leak"),
+    (broken.CausalMaskFloatAdded, "float 0/1 mask added"),
+    (broken.CausalMaskFillTooSmall, "fill value too small"),
+    (broken.LMNormalisesOverTheSequence, "statistics over the sequence"),
+    (broken.EncoderPaddingMaskInverted, "inverted convention"),
+    (broken.EncoderPaddingMaskOnQueries, "mask on the query axis"),
+    (broken.EncoderPaddingMaskIgnored, "mask ignored"),
+    (broken.Seq2SeqCrossAttentionUnmasked, "mask not reaching cross-attention"),
+]
+
+
+@pytest.mark.parametrize("variant,pattern", MASK_VARIANTS, ids=lambda v: getattr(v, "__name__", v))
+def test_gallery_variant_is_named_by_its_pattern(variant, pattern):
+    expect = variant.__tfcheck_expect__
+    res = result(variant, expect["check"])
+    finding = res.findings[0]
+    assert finding.status is Status.FAIL and finding.row == expect["row"], finding.message
+    assert finding.evidence["pattern"] == pattern and f"({pattern})" in finding.message
+    assert "X" in finding.evidence["leak_map"]
+
+
+ZOO = [
+    ("MHAGPTWithoutMask", CAUSAL, "no mask at all", "inference-worse-than-training"),
+    ("MHAGPTKeepMaskGiven", CAUSAL, "inverted", "causal-mask-misaligned"),
+    ("MHAGPTOffByOne", CAUSAL, "diagonal off by one", "causal-mask-misaligned"),
+    ("MHAGPTFloatKeepMask", CAUSAL, "float 0/1 mask added", "causal-mask-ineffective"),
+    ("TutorialDecoderMaskAfterSoftmax", CAUSAL, "normalisation leak", "causal-mask-ineffective"),
+    ("HFLikeCausalLMCentresOverTheSequence", CAUSAL, "statistics over the sequence", "sequence-statistics-leak"),
+    ("TorchSeq2SeqWithoutTgtMask", CAUSAL, "no mask at all", "inference-worse-than-training"),
+    ("TutorialMaskOnQueries", PADDING, "mask on the query axis", "padding-mask-query-axis"),
+    ("TutorialMaskIgnored", PADDING, "mask ignored", "padding-mask-ignored"),
+    ("TutorialMaskInverted", PADDING, "inverted convention", "padding-mask-inverted"),
+    ("HFLikeInvertedMask", PADDING, "inverted convention", "padding-mask-inverted"),
+    ("HFLikeMaskRepeatedNotInterleaved", PADDING, "padding leak", "padding-leak"),
+    ("TorchSeq2SeqWithoutMemoryMask", PADDING, "mask not reaching cross-attention", "padding-mask-cross-attention"),
+]
+
+
+@pytest.mark.parametrize("name,check,pattern,row", ZOO, ids=[z[0] for z in ZOO])
+def test_other_styles_are_caught_and_named(name, check, pattern, row):
+    finding = result(f"zoo_masks:{name}", check).findings[0]
+    assert (finding.status, finding.row, finding.evidence["pattern"]) == (Status.FAIL, row, pattern), finding.message
+
+
+def test_the_first_leaking_layer_and_the_op_line_are_named():
+    off_by_one = result(broken.CausalMaskOffByOne, CAUSAL).findings[0]
+    assert off_by_one.evidence["first_leaking_layer"] == "layers.0" == off_by_one.location.module
+    tiny_fill = result(broken.CausalMaskFillTooSmall, CAUSAL).findings[0]
+    assert tiny_fill.location.file.endswith("masks.py") and tiny_fill.location.line > 0
+    assert "-1e-12" in tiny_fill.evidence["op"]["detail"]
+
+
+def test_unknown_kind_leak_is_a_warning_that_names_the_declarations():
+    warned = result("zoo_masks:HFLikeEncoder", CAUSAL).findings[0]
+    assert warned.status is Status.WARN and "causal=true" in warned.message and "kind=encoder" in warned.message
+    assert result("zoo_masks:HFLikeEncoder", CAUSAL, kind="decoder").status is Status.FAIL
+    report = tfcheck.run_checks("zoo_masks:HFLikeEncoder", kind="encoder", only=[PADDING])
+    assert CAUSAL not in {r.check for r in report.models[0].results}  # encoders are not causal
+
+
+def test_a_decoder_declared_not_causal_is_skipped_with_the_reason():
+    finding = result("reference_model:TransformerLM", CAUSAL, causal=False).findings[0]
+    assert finding.status is Status.SKIP and finding.message.startswith("not applicable: causal=false")
+
+
+def test_a_model_without_padding_is_not_applicable():
+    finding = result("zoo_masks:MHAGPT", PADDING).findings[0]
+    assert finding.status is Status.SKIP
+    assert "declare mask=ARG:CONVENTION or pad_id" in finding.message
+
+
+def test_a_pad_id_without_a_declared_mask_warns_and_the_declaration_makes_it_a_failure():
+    warned = result("zoo_masks:PadIdOnlyEncoder", PADDING).findings[0]
+    assert warned.status is Status.WARN and "declare mask=internal" in warned.message
+    assert result("zoo_masks:PadIdOnlyEncoder", PADDING, mask="internal").status is Status.FAIL
+    assert result("zoo_masks:PadIdOnlyEncoder", PADDING, mask="none").status is Status.SKIP
+
+
+def test_no_positive_control_is_inconclusive_never_a_pass():
+    for check in (CAUSAL, PADDING):
+        finding = result("zoo_masks:ConstantOutput", check).findings[0]
+        assert finding.status is Status.SKIP and finding.message.startswith("inconclusive"), finding.message
+
+
+def test_cost_is_a_constant_number_of_batched_passes():
+    causal = result("reference_model:TransformerLM", CAUSAL).cost
+    assert (causal.forward, causal.token_passes) == (2, 10 * 9 + 17 * 16)  # lengths 9 and 16, n + 1 rows each
+    padding = result("reference_model:TransformerLM", PADDING).cost
+    assert (padding.forward, padding.token_passes) == (2, 9 * 10 + 6)  # 3 groups of 3 samples; 1 unpadded
+
+
+def test_leak_map_text_rich_json_and_image(tmp_path):
+    finding = result(broken.CausalMaskOffByOne, CAUSAL).findings[0]
+    lines = finding.evidence["leak_map"].splitlines()
+    assert lines[2].split()[1].startswith("oXX.")  # q0: itself allowed, the next ones leak (two layers)
+    restored = leakmap.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
+    assert restored.text() == finding.evidence["leak_map"]
+    buf = io.StringIO()
+    Console(width=60, file=buf, color_system=None).print(restored.renderable())
+    assert "q15" in buf.getvalue() and "X" in buf.getvalue()
+    report = tfcheck.run_checks(broken.CausalMaskOffByOne, only=[CAUSAL])
+    written = leakmap.save_images(report, tmp_path)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert written == []
+    else:
+        assert [p.name for p in written] == ["mask.causal-0.png"] and written[0].stat().st_size > 0
+
+
+def test_probe_hooks_are_removed_even_when_the_model_raises():
+    model = broken.CausalMaskOffByOne()
+    tokens = torch.randint(1, 50, (2, 5))
+    with pytest.raises(RuntimeError):
+        with leakmap.captured_layers(model, 2), leakmap.perturbed_embedding(model, tokens, tokens > 0, 0):
+            model(tokens[:, :0].float())
+    assert all(not m._forward_hooks for m in model.modules())
