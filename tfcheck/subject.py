@@ -129,8 +129,8 @@ class Subject:
                 args.append(value)
             else:
                 kwargs[name] = value
-        given = {n for n, _ in self.facts["call_plan"]}
-        if mask.argument is not None and mask.argument not in given and keep is not None and not bool(keep.all()):
+        mask_in_plan = any(role == "mask" for _, role in self.facts["call_plan"])
+        if mask.argument is not None and not mask_in_plan and not bool(keep.all()):
             kwargs[mask.argument] = self.mask_value(keep)
         return tuple(args), kwargs
 

@@ -14,7 +14,7 @@ ID = "forward.smoke"
 
 
 @check(ID, "the model runs one forward at the probe size", rows=("forward-fails", "mat1-mat2-shapes",
-                                                                   "tensor-size-mismatch"), order=0)
+                                                                   "tensor-size-mismatch", "out-of-memory"), order=0)
 def forward_smoke(ctx) -> list[Finding]:
     """Call the model once on inputs of batch 3 and length 7 (distinct, so no axis can pass for another)
     and select its output tensor. A model that raises fails with the innermost module, the shapes it

@@ -66,8 +66,13 @@ class Measurement:
     non_finite_positions: list[int] = field(default_factory=list)
 
 
+def _applies(subject) -> str | None:
+    why_not = _not_applicable(subject)
+    return why_not[len("not applicable: "):] if why_not and why_not.startswith("not applicable") else None
+
+
 @check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
-       order=40)
+       order=40, applies=_applies)
 def mask_causal(ctx) -> list[Finding]:
     """Perturb each position of a random sequence (token and embedding) in one batched pass at lengths 9
     and 16, and require the outputs at earlier positions to stay within float rounding; perturbing the

@@ -42,8 +42,13 @@ PATTERNS = {
 }
 
 
+def _applies(subject) -> str | None:
+    mode = _mode(subject)
+    return mode[len("not applicable: "):] if mode.startswith("not applicable") else None
+
+
 @check(ID, "real tokens' outputs do not depend on padded positions", rows=ROWS,
-       kinds=("encoder", "decoder", "seq2seq", None), order=41)
+       kinds=("encoder", "decoder", "seq2seq", None), order=41, applies=_applies)
 def mask_padding(ctx) -> list[Finding]:
     """Pad three samples differently and change only what sits at the pads (mask unchanged): real
     positions' outputs must stay within float rounding, while changing a real token must change them.

@@ -32,8 +32,17 @@ FEATURES_NOTE = ("the model takes features, so positions are the caller's to add
                  "nn.TransformerEncoder add none, by design); if yours adds them inside, this is a failure")
 
 
+def _applies(subject) -> str | None:
+    if subject.facts.get("takes_features"):
+        return FEATURES_NOTE
+    if min(PROBE_LENGTH, subject.probe_lengths()[-1]) < 3:
+        return "the model's max_len leaves no room to permute positions"
+    return None
+
+
 @check(ID, "the model has a positional signal (encoders are not permutation-equivariant)",
-       rows=(ROW_NONE, ROW_AXIS), kinds=("encoder", "decoder", "seq2seq", None), order=50)
+       rows=(ROW_NONE, ROW_AXIS, "does-not-converge"), kinds=("encoder", "decoder", "seq2seq", None), order=50,
+       applies=_applies)
 def position_sensitivity(ctx) -> list[Finding]:
     """Encoders: two passes of batch 2, [x, x] and [permuted x, other tokens]. Causal models: one recorded
     pass of batch 3 (a repeated token twice, random tokens as the positive control) whose first attention

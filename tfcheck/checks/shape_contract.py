@@ -13,7 +13,8 @@ ID = "shape.contract"
 
 
 @check(ID, "output shape, dtype and finiteness at several batch sizes and lengths",
-       rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails"), order=10)
+       rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails", "out-of-memory"),
+       order=10)
 def shape_contract(ctx) -> list[Finding]:
     """Run batch 1 and batch 3 at length 1, the probe length and the capped maximum, and compare each
     output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
