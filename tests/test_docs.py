@@ -86,7 +86,8 @@ def test_every_check_id_is_documented():
     checks_page = (DOCS / "checks.md").read_text("utf-8")
     for chk in registry.all_checks():
         assert _mentioned(chk.id, text), chk.id
-        assert f"## `{chk.id}`" in checks_page, f"checks.md has no section for {chk.id}"
+        # Each check has its own section, on checks.md or on its family's page; checks.md lists them all.
+        assert f"## `{chk.id}`" in text, f"no docs page has a section for {chk.id}"
         assert chk.title in checks_page, f"checks.md does not give the title of {chk.id}"
 
 

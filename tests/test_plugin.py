@@ -19,8 +19,11 @@ BAD_LINEAR = "reference_model.broken:LinearInFeaturesMismatch"
 FOUNDATION = ("-k", "smoke or contract")
 
 
-def battery_size(kind: str) -> int:
-    return sum(1 for c in registry.all_checks() if c.applies_to(kind))
+def battery_size(spec: str) -> int:
+    """How many items the battery has for a model: its applicable checks."""
+    from tfcheck.engine import applicable_checks, load_subject
+
+    return len(applicable_checks(load_subject(spec)))
 
 
 def test_one_item_per_check_with_readable_ids(pytester):
@@ -30,13 +33,13 @@ def test_one_item_per_check_with_readable_ids(pytester):
 
 def test_reference_model_passes(pytester):
     result = pytester.runpytest("--tfcheck", LM)
-    result.assert_outcomes(passed=battery_size("decoder"))
+    result.assert_outcomes(passed=battery_size(LM))
     result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
 
 
 def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
     result = pytester.runpytest("--tfcheck", HEADLESS, *FOUNDATION)
-    result.assert_outcomes(passed=1, failed=1, deselected=battery_size("decoder") - 2)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(LM) - 2)
     out = result.stdout.str()
     assert "troubleshooting [output-shape]" in out
     assert "expected (3, 1, 101)" in out
@@ -45,7 +48,7 @@ def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
 
 def test_blocked_checks_are_skipped_not_failed_again(pytester):
     result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-rs")
-    result.assert_outcomes(failed=1, skipped=battery_size("encoder") - 1)
+    result.assert_outcomes(failed=1, skipped=battery_size(BAD_LINEAR) - 1)
     result.stdout.fnmatch_lines(["*blocked by forward.smoke*"])
 
 
@@ -65,12 +68,12 @@ def test_a_path_is_not_misread_as_a_spec(pytester):
 
 def test_keyword_selection_works_on_check_ids(pytester):
     result = pytester.runpytest("--tfcheck", LM, "-k", "contract")
-    result.assert_outcomes(passed=1, deselected=battery_size("decoder") - 1)
+    result.assert_outcomes(passed=1, deselected=battery_size(LM) - 1)
 
 
 def test_set_declarations_outrank_the_models_own(pytester):
     result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder", *FOUNDATION)
-    result.assert_outcomes(passed=1, failed=1, deselected=battery_size("encoder") - 2)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(BAD_LINEAR) - 2)
     result.stdout.fnmatch_lines(["*expected (3, 1, 32)*"])
 
 
@@ -83,7 +86,7 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_valid_keys(pytester):
 def test_accepted_failure_passes_and_is_listed(pytester):
     result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose",
                                 *FOUNDATION)
-    result.assert_outcomes(passed=2, deselected=battery_size("decoder") - 2)
+    result.assert_outcomes(passed=2, deselected=battery_size(LM) - 2)
     summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
     assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary
     assert "(accepted: hidden states on purpose)" in summary
@@ -109,7 +112,7 @@ def test_tfcheck_all_runs_the_models_listed_in_pyproject(pytester):
         accept = {{"shape.contract" = "this model returns hidden states"}}
     """)
     result = pytester.runpytest("--tfcheck-all", *FOUNDATION)
-    result.assert_outcomes(passed=4, deselected=2 * battery_size("decoder") - 4)
+    result.assert_outcomes(passed=4, deselected=2 * battery_size(LM) - 4)
 
 
 @pytest.fixture
@@ -125,21 +128,21 @@ def warning_check():
 
 def test_warn_passes_with_a_pytest_warning_and_a_summary_line(pytester, warning_check):
     result = pytester.runpytest("--tfcheck", LM, "-W", "default", "-k", "smoke or contract or warns")
-    result.assert_outcomes(passed=3, warnings=1, deselected=battery_size("decoder") - 3)
+    result.assert_outcomes(passed=3, warnings=1, deselected=battery_size(LM) - 3)
     result.stdout.fnmatch_lines(["*TfcheckWarning*suspicious but maybe legitimate*",
                                  "*WARN*test.warns: suspicious but maybe legitimate*"])
 
 
 def test_strict_turns_warnings_into_failures(pytester, warning_check):
     result = pytester.runpytest("--tfcheck", LM, "--tfcheck-strict", "-k", "smoke or contract or warns")
-    result.assert_outcomes(passed=2, failed=1, deselected=battery_size("decoder") - 3)
+    result.assert_outcomes(passed=2, failed=1, deselected=battery_size(LM) - 3)
 
 
 def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
     pytest.importorskip("xdist")
     serial, parallel = pytester.path / "serial.json", pytester.path / "parallel.json"
     args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider", *FOUNDATION]
-    deselected = 2 * battery_size("decoder") - 4
+    deselected = 2 * battery_size(LM) - 4
     pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(
         passed=3, failed=1, deselected=deselected)
     # Under xdist the workers deselect, so the controller counts no deselected items.
@@ -179,7 +182,7 @@ def test_cli_and_plugin_agree(pytester, capsys):
 
 def test_deselecting_forward_smoke_does_not_hide_a_broken_forward(pytester):
     result = pytester.runpytest("--tfcheck", BAD_LINEAR, "-k", "contract")
-    result.assert_outcomes(failed=1, deselected=battery_size("encoder") - 1)
+    result.assert_outcomes(failed=1, deselected=battery_size(BAD_LINEAR) - 1)
     out = " ".join(result.stdout.str().split())
     assert "forward.smoke (not selected) failed, so shape.contract cannot run" in out and "mat1 and mat2" in out
 
@@ -187,6 +190,6 @@ def test_deselecting_forward_smoke_does_not_hide_a_broken_forward(pytester):
 def test_junit_xml_carries_no_payload(pytester):
     xml = pytester.path / "junit.xml"
     pytester.runpytest("--tfcheck", LM, f"--junitxml={xml}", *FOUNDATION).assert_outcomes(
-        passed=2, deselected=battery_size("decoder") - 2)
+        passed=2, deselected=battery_size(LM) - 2)
     text = xml.read_text()
     assert 'tests="2"' in text and "tfcheck_payload" not in text and '"findings"' not in text
