@@ -19,11 +19,12 @@ BAD_LINEAR = "reference_model.broken:LinearInFeaturesMismatch"
 FOUNDATION = ("-k", "smoke or contract")
 
 
-def battery_size(spec: str) -> int:
+def battery_size(spec: str, **declarations) -> int:
     """How many items the battery has for a model: its applicable checks."""
+    from tfcheck.declarations import from_mapping
     from tfcheck.engine import applicable_checks, load_subject
 
-    return len(applicable_checks(load_subject(spec)))
+    return len(applicable_checks(load_subject(spec, from_mapping(declarations, "test"))))
 
 
 def test_one_item_per_check_with_readable_ids(pytester):
@@ -39,7 +40,7 @@ def test_reference_model_passes(pytester):
 
 def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
     result = pytester.runpytest("--tfcheck", HEADLESS, *FOUNDATION)
-    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(LM) - 2)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(HEADLESS) - 2)
     out = result.stdout.str()
     assert "troubleshooting [output-shape]" in out
     assert "expected (3, 1, 101)" in out
@@ -73,7 +74,7 @@ def test_keyword_selection_works_on_check_ids(pytester):
 
 def test_set_declarations_outrank_the_models_own(pytester):
     result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder", *FOUNDATION)
-    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(BAD_LINEAR) - 2)
+    result.assert_outcomes(passed=1, failed=1, deselected=battery_size(LM, kind="encoder") - 2)
     result.stdout.fnmatch_lines(["*expected (3, 1, 32)*"])
 
 
@@ -86,7 +87,7 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_valid_keys(pytester):
 def test_accepted_failure_passes_and_is_listed(pytester):
     result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose",
                                 *FOUNDATION)
-    result.assert_outcomes(passed=2, deselected=battery_size(LM) - 2)
+    result.assert_outcomes(passed=2, deselected=battery_size(HEADLESS) - 2)
     summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
     assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary
     assert "(accepted: hidden states on purpose)" in summary
@@ -112,7 +113,7 @@ def test_tfcheck_all_runs_the_models_listed_in_pyproject(pytester):
         accept = {{"shape.contract" = "this model returns hidden states"}}
     """)
     result = pytester.runpytest("--tfcheck-all", *FOUNDATION)
-    result.assert_outcomes(passed=4, deselected=2 * battery_size(LM) - 4)
+    result.assert_outcomes(passed=4, deselected=battery_size(LM) + battery_size(HEADLESS) - 4)
 
 
 @pytest.fixture
@@ -142,7 +143,7 @@ def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
     pytest.importorskip("xdist")
     serial, parallel = pytester.path / "serial.json", pytester.path / "parallel.json"
     args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider", *FOUNDATION]
-    deselected = 2 * battery_size(LM) - 4
+    deselected = battery_size(LM) + battery_size(HEADLESS) - 4
     pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(
         passed=3, failed=1, deselected=deselected)
     # Under xdist the workers deselect, so the controller counts no deselected items.
