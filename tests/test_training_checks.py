@@ -1,0 +1,227 @@
+"""The training sanity checks, proven both ways: each broken schedule or model caught with its row, and no
+warning or failure on correct models (the reference models with their own schedule, torch.nn, Hugging
+Face models with schedules written here, a nanoGPT-style model)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tfcheck
+import zoo_training as zt
+from reference_model import TransformerLM, noam_schedule
+from reference_model.broken import PostLNWithoutWarmup
+from test_third_party import nn_encoder, nn_transformer
+from tfcheck import Status
+from tfcheck.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH, curve_svg, sparkline
+
+TRAINING_CHECKS = ["lr.warmup", "norm.placement", "train.loss_at_init", "train.overfit_batch", "train.grad_flow",
+                   "train.target_leak", "dropout.eval", "embedding.padding"]
+
+
+def result(model, check, **declared):
+    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
+
+
+def verdict(model, check, **declared):
+    r = result(model, check, **declared)
+    return r.status, {f.row for f in r.findings if f.status is r.status}, r
+
+
+# ----- lr.warmup -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule,declared,status,row", [
+    (zt.noam_divides_by_zero, {}, Status.FAIL, "lr-schedule-raises"),
+    (zt.warmup_integer_division, {}, Status.FAIL, "lr-stuck-at-zero"),
+    (zt.warmup_from_zero, {}, Status.WARN, "lr-zero-first-step"),
+    (zt.warmup_never_stops, {"total_steps": 2000}, Status.FAIL, "lr-rises-after-warmup"),
+    (zt.noam_min_max_swapped, {"warmup_steps": 4000}, Status.FAIL, "lr-warmup-not-rising"),
+    (zt.linear_decay_past_its_end, {}, Status.FAIL, "lr-schedule-invalid"),
+    (zt.multiplier_peak_too_high, {}, Status.WARN, "lr-peak-implausible"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_broken_schedules_are_caught_with_their_row(schedule, declared, status, row):
+    got, rows, r = verdict("reference_model:TransformerLM", "lr.warmup", schedule=schedule, **declared)
+    assert (got, rows) == (status, {row}), r.findings
+    assert r.cost.forward == 0  # the scheduler is stepped alone: no model pass
+
+
+def test_noam_at_step_zero_says_how_to_count_from_one():
+    finding = result("reference_model:TransformerLM", "lr.warmup", schedule=zt.noam_divides_by_zero).findings[0]
+    assert "ZeroDivisionError" in finding.message and "step + 1" in finding.message
+
+
+def test_reference_noam_schedule_matches_the_paper_and_draws_its_curve():
+    finding = result("reference_model:TransformerLM", "lr.warmup", schedule=noam_schedule).findings[0]
+    assert finding.status is Status.PASS
+    paper = finding.evidence["paper_schedule"]
+    assert paper["matches"] and paper["warmup"] == 4000 and paper["n"] == "step + 1"
+    assert finding.evidence["peak_step"] == 3999 and finding.evidence["base_lr"] == 1.0
+    curve = finding.evidence["curve"]
+    assert len(curve) == 48 and set(curve) <= set("▁▂▃▄▅▆▇█") and curve[0] == "▁" and "█" in curve
+    assert "[▁" in finding.message
+
+
+@pytest.mark.parametrize("schedule", [zt.linear_with_warmup, zt.constant_with_warmup], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("model", ["transformers:GPT2LMHeadModel", "transformers:BertModel"])
+def test_hugging_face_models_with_usual_schedules_pass(model, schedule):
+    pytest.importorskip("transformers")
+    for check in ("lr.warmup", "norm.placement"):
+        status, _, r = verdict(model, check, schedule=schedule, lr=5e-4, warmup_steps=100, total_steps=2000)
+        assert status is Status.PASS, r.findings
+
+
+def test_params_factory_and_configure_optimizers_are_stepped():
+    assert result("reference_model:TransformerLM", "lr.warmup", schedule=zt.adamw_with_warmup).status is Status.PASS
+    finding = result(zt.WithConfigureOptimizers, "lr.warmup").findings[0]
+    assert finding.status is Status.PASS and "configure_optimizers" in finding.evidence["schedule"]
+
+
+def not_applicable(model, check, **declared) -> str | None:
+    """The reason the report gives for not running ``check`` on ``model`` (None when it ran)."""
+    report = tfcheck.run_checks(model, only=[check], **declared)
+    assert check not in {r.check for r in report.models[0].results}
+    return next((a.source for a in report.models[0].assumptions if a.key == "not applicable" and a.value == check),
+                None)
+
+
+def test_without_a_schedule_lr_warmup_does_not_apply_and_says_what_to_declare():
+    assert "schedule=mytrain:make_scheduler" in not_applicable("reference_model:TransformerLM", "lr.warmup")
+
+
+# ----- norm.placement -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,placement", [
+    ("reference_model:TransformerLM", "Post-LN"), (lambda: TransformerLM(norm_first=True), "Pre-LN"),
+    (nn_encoder, "Post-LN"), ("transformers:GPT2LMHeadModel", "Pre-LN"), ("transformers:BertModel", "Post-LN"),
+    ("transformers:LlamaForCausalLM", "Pre-LN"),
+])
+def test_norm_placement_is_read_from_the_dataflow(model, placement):
+    pytest.importorskip("transformers")
+    finding = result(model, "norm.placement").findings[0]
+    assert finding.status is Status.PASS and finding.evidence["placement"] == placement
+
+
+def test_post_ln_without_warmup_is_warned_and_pre_ln_is_not():
+    status, rows, r = verdict(nn_encoder, "norm.placement", schedule=zt.constant)
+    assert (status, rows) == (Status.WARN, {"post-ln-without-warmup"}) and "warmup" in r.findings[0].message
+    assert result(lambda: TransformerLM(norm_first=True), "norm.placement", schedule=zt.constant).status is Status.PASS
+    assert result(PostLNWithoutWarmup, "norm.placement", schedule=noam_schedule).status is Status.PASS
+
+
+# ----- training on copies -------------------------------------------------------------------------------
+
+def test_training_checks_never_touch_the_model_and_count_their_cost():
+    model = TransformerLM()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    report = tfcheck.run_checks(model, only=["train.overfit_batch", "train.grad_flow"])
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]) and p.grad is None, name
+    overfit = report.models[0].result("train.overfit_batch")
+    assert overfit.status is Status.PASS
+    tokens = TRAIN_BATCH * TRAIN_LENGTH
+    assert overfit.cost.to_dict() == {"forward": DEFAULT_TRAIN_STEPS, "backward": DEFAULT_TRAIN_STEPS,
+                                      "token_passes": 2 * DEFAULT_TRAIN_STEPS * tokens, "reused": 0}
+    grad = report.models[0].result("train.grad_flow").cost
+    assert (grad.forward, grad.backward) == (1, 1)
+
+
+def test_train_steps_declaration_sets_the_budget():
+    r = result("reference_model:TransformerLM", "train.overfit_batch", train_steps=12)
+    assert r.cost.backward == 12 and r.findings[0].evidence["steps_from"] == "train_steps declaration"
+
+
+def test_a_loss_computed_from_detached_logits_cannot_overfit():
+    status, rows, r = verdict(zt.LossFromDetachedLogits, "train.overfit_batch")
+    assert (status, rows) == (Status.FAIL, {"cannot-overfit-one-batch"})
+    assert "does not require grad" in r.findings[0].message
+
+
+def test_frozen_by_mistake_says_how_to_accept_a_deliberate_freeze():
+    finding = result("reference_model.broken:FrozenByMistake", "train.overfit_batch").findings[0]
+    assert "requires_grad=False" in finding.message and "accept=train.overfit_batch" in finding.message
+
+
+def test_grad_flow_names_the_modules_that_get_no_gradient():
+    finding = result("reference_model.broken:AttentionOutputThrownAway", "train.grad_flow").findings[0]
+    assert finding.location.module == "layers.0.self_attn"
+    assert finding.evidence["modules"] == ["layers.0.self_attn", "layers.1.self_attn"]
+    detached = result("reference_model.broken:DetachedFeedForward", "train.grad_flow").findings[0]
+    assert detached.evidence["modules"] == ["layers.0.ffn", "layers.1.ffn"]
+
+
+def test_nan_gradients_are_named_and_frozen_parameters_are_information():
+    status, rows, r = verdict(zt.NaNGradientLM, "train.grad_flow")
+    assert (status, rows) == (Status.FAIL, {"gradient-not-finite"}) and "'layers.1.ffn.w_1'" in r.findings[0].message
+    frozen = result(zt.FrozenEmbeddingLM, "train.grad_flow").findings[0]
+    assert frozen.status is Status.PASS and "1 frozen on purpose" in frozen.message
+
+
+def test_checks_that_do_not_apply_say_why():
+    pytest.importorskip("transformers")
+    assert "causal=true" in not_applicable("transformers:BertForMaskedLM", "train.target_leak")
+    assert "own loss" in not_applicable("reference_model:TransformerLM", "train.target_leak")
+    assert "no language-model head" in not_applicable("transformers:BertModel", "train.loss_at_init")
+    assert "token ids" in not_applicable(nn_encoder, "embedding.padding")
+    assert "pad_id=INT" in not_applicable("transformers:LlamaForCausalLM", "embedding.padding", pad_id=None)
+    assert "frozen" in not_applicable("reference_model.broken:FrozenByMistake", "train.grad_flow")
+
+
+# ----- dropout, padding ---------------------------------------------------------------------------------
+
+def test_ungated_sdpa_dropout_fails_and_inert_dropout_warns():
+    status, rows, r = verdict(zt.SDPADropoutUngated, "dropout.eval")
+    assert (status, rows) == (Status.FAIL, {"dropout-in-eval"}) and r.findings[0].location.module.endswith("self_attn")
+    status, rows, _ = verdict(zt.DropoutNeverApplied, "dropout.eval")
+    assert (status, rows) == (Status.WARN, {"dropout-inactive-in-train"})
+
+
+def test_padding_masked_everywhere_passes_with_a_nonzero_pad_row():
+    pytest.importorskip("transformers")
+    finding = result("transformers:T5ForConditionalGeneration", "embedding.padding").findings[0]
+    assert finding.status is Status.PASS and "masked" in finding.message
+    assert finding.evidence["positive_control_change"] > finding.evidence["tolerance"]
+
+
+# ----- no false alarm on correct models ----------------------------------------------------------------
+
+CORRECT = [
+    ("reference_model:TransformerEncoder", {"schedule": noam_schedule}),
+    ("reference_model:TransformerLM", {"schedule": noam_schedule}),
+    ("reference_model:Seq2SeqTransformer", {"schedule": noam_schedule}),
+    (nn_encoder, {"schedule": noam_schedule}),
+    (nn_transformer, {"schedule": noam_schedule}),
+    ("transformers:GPT2LMHeadModel", {"schedule": zt.linear_with_warmup, "lr": 5e-4}),
+    ("transformers:BertForMaskedLM", {"schedule": zt.constant_with_warmup, "lr": 1e-4}),
+    ("transformers:LlamaForCausalLM", {}),
+    ("transformers:T5ForConditionalGeneration", {}),
+    (zt.NanoGPTStyle, {"schedule": zt.adamw_with_warmup}),
+    (zt.HFLikeLM, {}),
+]
+
+
+@pytest.mark.parametrize("model,declared", CORRECT, ids=lambda v: getattr(v, "__name__", None) or str(v)[:40])
+def test_correct_models_get_no_warning_or_failure(model, declared):
+    if isinstance(model, str) and model.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    report = tfcheck.run_checks(model, only=TRAINING_CHECKS, **declared)
+    statuses = {r.check: r.status for r in report.models[0].results}
+    assert set(statuses.values()) == {Status.PASS}, str(report)
+    if declared.get("schedule") is not None:
+        assert statuses["lr.warmup"] is Status.PASS
+    assert statuses["train.grad_flow"] is Status.PASS and statuses["dropout.eval"] is Status.PASS
+
+
+def test_own_loss_models_pass_target_leak_in_both_conventions():
+    for model in (zt.NanoGPTStyle, zt.HFLikeLM):
+        finding = result(model, "train.target_leak").findings[0]
+        assert finding.status is Status.PASS, finding
+        assert finding.evidence["fresh_batch_loss"] > 0.9 * finding.evidence["ln_vocab"]
+
+
+# ----- showing a curve ----------------------------------------------------------------------------------
+
+def test_sparkline_and_svg_show_the_curve(tmp_path):
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([0.0] * 3 + [float("nan")]) == "▁▁▁!"
+    assert sparkline([1.0] * 100 + [0.0] * 100, width=4) == "██▁▁"
+    svg = curve_svg([0, 2, 1], tmp_path / "lr.svg").read_text()
+    assert svg.startswith("<svg") and "peak 2 at step 1, 3 steps" in svg

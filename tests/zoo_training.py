@@ -1,0 +1,210 @@
+"""Schedules and models for the training checks: broken schedules as factories fn(optimizer) -> scheduler,
+correct ones written as users write them, and models in other people's styles (nanoGPT's forward(idx,
+targets=None), a Hugging Face-like labels= model, a configure_optimizers method)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+from reference_model import TransformerLM
+
+D_MODEL, WARMUP = 32, 4000
+
+
+# ----- broken schedules (absolute-rate lambdas, built with lr=1.0) -------------------------------------
+
+def noam_divides_by_zero(optimizer):
+    """The paper's formula taken literally: step 0 gives 0 ** -0.5."""
+    return LambdaLR(optimizer, lambda step: D_MODEL ** -0.5 * min(step ** -0.5, step * WARMUP ** -1.5))
+
+
+def warmup_integer_division(optimizer):
+    """step // warmup is 0 until warmup ends: the rate waits at 0 instead of ramping."""
+    return LambdaLR(optimizer, lambda step: 1e-3 * min(1, step // 100))
+
+
+def warmup_from_zero(optimizer):
+    """step / warmup is 0 at step 0 (the first optimiser step does nothing), correct after."""
+    return LambdaLR(optimizer, lambda step: 1e-3 * min(1.0, step / 100))
+
+
+def warmup_never_stops(optimizer):
+    """A linear warmup with no cap: the rate grows for the whole run."""
+    return LambdaLR(optimizer, lambda step: 1e-3 * (step + 1) / 100)
+
+
+def noam_min_max_swapped(optimizer):
+    """max instead of min: the rate starts at its highest, decays during warmup, then rises for ever."""
+    return LambdaLR(optimizer, lambda step: D_MODEL ** -0.5 * max((step + 1) ** -0.5, (step + 1) * WARMUP ** -1.5))
+
+
+def linear_decay_past_its_end(optimizer):
+    """1 - step / total with total shorter than the run: negative rates after step 1000."""
+    return LambdaLR(optimizer, lambda step: 1e-3 * min(1.0, (step + 1) / 100) * (1 - step / 1000))
+
+
+def constant(optimizer):
+    """No warmup: 3e-4 from the first step."""
+    return LambdaLR(optimizer, lambda step: 3e-4)
+
+
+def multiplier_peak_too_high(optimizer):
+    """A multiplier schedule (0..1) given lr=1.0 would peak at 1.0; this one returns an absolute 0.5."""
+    return LambdaLR(optimizer, lambda step: 0.5 * min(1.0, (step + 1) / 100))
+
+
+# ----- correct schedules, as users write them -----------------------------------------------------------
+
+def linear_with_warmup(optimizer, warmup=100, total=2000):
+    """Hugging Face's linear schedule written out, counting from step + 1: a multiplier of the base lr."""
+    def factor(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return LambdaLR(optimizer, factor)
+
+
+def constant_with_warmup(optimizer, warmup=100):
+    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+
+
+def adamw_with_warmup(params):
+    """The fn(params) -> (optimizer, scheduler) form."""
+    optimizer = torch.optim.AdamW(params, lr=5e-4, weight_decay=0.01)
+    return optimizer, constant_with_warmup(optimizer)
+
+
+# ----- models ------------------------------------------------------------------------------------------
+
+class NanoGPTStyle(nn.Module):
+    """nanoGPT's interface: forward(idx, targets=None) -> (logits, loss); without targets only the last
+    position's logits are returned (the inference shortcut), so the full logits need targets."""
+
+    def __init__(self, vocab_size=101, n_embd=32, n_head=4, n_layer=2, block_size=64):
+        super().__init__()
+        self.block_size = block_size
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        layer = nn.TransformerEncoderLayer(n_embd, n_head, 4 * n_embd, dropout=0.1, batch_first=True,
+                                           norm_first=True)
+        self.h = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # tied, as in nanoGPT
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+        self.__tfcheck__ = {"kind": "decoder"}
+
+    def forward(self, idx, targets=None):
+        b, t = idx.shape  # (B, T)
+        pos = torch.arange(t, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=idx.device), 1)  # True = may NOT attend
+        x = self.ln_f(self.h(x, mask=causal, is_causal=True))
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, vocab)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+            return logits, loss
+        return self.lm_head(x[:, [-1], :]), None  # (B, 1, vocab): inference needs the last position only
+
+
+class HFLikeLM(TransformerLM):
+    """A Hugging Face-style causal LM: forward(input_ids, labels=None) -> object with .loss and .logits;
+    labels are the input ids, shifted inside."""
+
+    __tfcheck__ = {"kind": "decoder", "pad_id": 0}
+
+    def forward(self, input_ids, labels=None):
+        logits = super().forward(input_ids)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        return {"loss": loss, "logits": logits}
+
+
+class LossFromDetachedLogits(HFLikeLM):
+    """The loss is computed from logits.detach() (meant for logging, used for training): it has no graph."""
+
+    def forward(self, input_ids, labels=None):
+        out = super().forward(input_ids)
+        if labels is not None:
+            logits = out["logits"].detach()
+            out["loss"] = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        return out
+
+
+class _SqrtWhereFFN(nn.Module):
+    """sqrt(h) where h > 0, 0 elsewhere: a finite forward, but the discarded branch's sqrt of negative
+    values has a NaN derivative, and torch.where's zero gradient times NaN is NaN."""
+
+    def __init__(self, ffn):
+        super().__init__()
+        self.w_1, self.w_2 = ffn.w_1, ffn.w_2
+
+    def forward(self, x):
+        h = self.w_1(x)
+        return self.w_2(torch.where(h > 0, h.sqrt(), torch.zeros_like(h)))
+
+
+class NaNGradientLM(TransformerLM):
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        for layer in self.layers:
+            layer.ffn = _SqrtWhereFFN(layer.ffn)
+
+
+class FrozenEmbeddingLM(TransformerLM):
+    """The token embedding frozen on purpose (pretrained vectors): information, not a failure."""
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        self.embed.embedding.weight.requires_grad_(False)
+
+
+class WithConfigureOptimizers(TransformerLM):
+    """A Lightning-style configure_optimizers() returning the optimizer and a warmup schedule."""
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        from reference_model import noam_schedule
+
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": noam_schedule(optimizer), "interval": "step"}}
+
+
+class _UngatedSDPA(nn.Module):
+    def __init__(self, attn):
+        super().__init__()
+        self.inner = attn
+
+    def forward(self, query, key, value, mask=None):
+        a = self.inner
+        b, s, _ = query.shape
+        q, k, v = (a._split_heads(w(t)) for w, t in ((a.w_q, query), (a.w_k, key), (a.w_v, value)))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)  # not gated on training
+        return a.w_o(out.transpose(1, 2).reshape(b, s, a.d_model))
+
+
+class SDPADropoutUngated(TransformerLM):
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        for layer in self.layers:
+            layer.self_attn = _UngatedSDPA(layer.self_attn)
+
+
+class _InertDropout(nn.Dropout):
+    def forward(self, x):
+        return F.dropout(x, self.p, training=False)  # hard-coded: never active
+
+
+class DropoutNeverApplied(TransformerLM):
+    """Dropout modules built with p=0.1 whose forward passes training=False in every mode."""
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        for parent in list(self.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is nn.Dropout:
+                    setattr(parent, name, _InertDropout(child.p))

@@ -1,0 +1,130 @@
+"""train.grad_flow: after one backward of a loss over every float output, every trainable parameter has a
+finite gradient; those that get none (an unused sublayer, .detach() / .data / torch.no_grad in the path)
+and those that get NaN / Inf are named.
+
+The loss projects each float output on fixed random weights: a plain sum would be blind (a LayerNorm's
+features sum to its bias). Gradients come from torch.autograd.grad, so no .grad field is touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Iterator
+
+import torch
+
+from tfcheck.findings import Finding, Location
+from tfcheck.registry import check
+from tfcheck.status import Status
+from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.training import random_projection_loss
+
+ID = "train.grad_flow"
+#: A gradient whose largest entry is below this share of the largest gradient anywhere counts as zero.
+ZERO_SHARE = 1e-12
+
+
+@check(ID, "one backward gives every trainable parameter a finite gradient",
+       rows=("param-gets-no-gradient", "gradient-not-finite"), order=86,
+       applies=lambda s: None if any(p.requires_grad for p in s.model.parameters()) else
+       "every parameter is frozen (requires_grad=False): there is no gradient to flow")
+def train_grad_flow(ctx) -> list[Finding]:
+    """One forward with the graph kept (the probe inputs) and one backward of sum_i <output_i, R_i> over
+    the float outputs, R_i fixed random. A parameter with no gradient (autograd.grad gives None: not in
+    the graph) fails, named by module; NaN / Inf gradients fail; an exactly zero gradient (a key bias,
+    which softmax cancels, or a gate initialised at 0) and frozen parameters are information only."""
+    subject = ctx.subject
+    named = list(subject.model.named_parameters())
+    trainable = [(n, p) for n, p in named if p.requires_grad]
+    frozen = [n for n, p in named if not p.requires_grad]
+    args, kwargs = subject.make_inputs(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
+    with _call_order(subject.model) as order:
+        probe = ctx.run(args, kwargs, "a forward with the graph kept, for one backward", grad=True)
+    loss, outputs = random_projection_loss(probe.raw)
+    base = {"trainable": len(trainable), "frozen": frozen[:20], "float_outputs_in_loss": outputs,
+            "loss": "sum of each float output projected on fixed random weights"}
+    if loss is None:
+        return [Finding(ID, Status.FAIL, f"no output of the model requires grad: the whole forward is cut off from "
+                        f"its {len(trainable)} trainable parameters (torch.no_grad, .detach() or .data around the "
+                        "output)", Location(module=""), base, row="param-gets-no-gradient")]
+    grads = torch.autograd.grad(loss, [p for _, p in trainable], allow_unused=True)
+    ctx.count_backward(probe.batch * probe.length)
+    none = [n for (n, _), g in zip(trainable, grads) if g is None]
+    bad = [(n, g) for (n, _), g in zip(trainable, grads) if g is not None and not bool(torch.isfinite(g).all())]
+    largest = max((float(g.detach().abs().max()) for g in grads if g is not None and g.numel()
+                   and bool(torch.isfinite(g).all())), default=0.0)
+    zero = [n for (n, _), g in zip(trainable, grads)
+            if g is not None and bool(torch.isfinite(g).all()) and float(g.abs().max() if g.numel() else 0) <= largest * ZERO_SHARE]
+    evidence = {**base, "no_gradient": none[:20], "non_finite": [n for n, _ in bad][:20], "zero_gradient": zero[:20],
+                "largest_gradient": largest, "tolerance": "a gradient for every trainable parameter, all finite"}
+    findings = []
+    if none:
+        culprits = _whole_modules(subject.model, set(none))
+        findings.append(Finding(ID, Status.FAIL, f"{len(none)} of {len(trainable)} trainable parameters get no "
+                                f"gradient, all of {_listed(culprits)}. Their module's output does not reach the model's "
+                                "output with a graph: computed and thrown away, not called, or cut by .detach(), "
+                                ".data or torch.no_grad", Location(module=culprits[0]), {**evidence, "modules": culprits[:20]},
+                                row="param-gets-no-gradient"))
+    if bad:
+        # A non-finite gradient spreads to everything upstream of where it is born: the bad parameter whose
+        # module ran last in the forward is nearest its source.
+        name, g = max(bad, key=lambda item: order.get(_module(item[0]), -1))
+        findings.append(Finding(ID, Status.FAIL, f"{len(bad)} parameters get NaN/Inf gradients while the loss is "
+                                f"{float(loss.detach()):.4g}; nearest the output: '{name}' ({int(torch.isnan(g).sum())} "
+                                f"NaN, {int(torch.isinf(g).sum())} Inf), so the op that makes them sits in or after "
+                                f"'{_module(name)}' (everything before it inherits the NaN). Usual cause: an op with an "
+                                "infinite derivative where it is evaluated (sqrt / log at 0, or in the discarded branch "
+                                "of torch.where)", Location(module=_module(name)), evidence, row="gradient-not-finite"))
+    if findings:
+        return findings
+    notes = []
+    if frozen:
+        notes.append(f"{len(frozen)} frozen on purpose (requires_grad=False)")
+    if zero:
+        notes.append(f"{len(zero)} with an exactly zero gradient, e.g. {zero[0]} (a key bias, which softmax "
+                     "cancels, or a gate initialised at 0)")
+    tail = f"; {'; '.join(notes)}" if notes else ""
+    return [Finding(ID, Status.PASS, f"all {len(trainable)} trainable parameters get a finite gradient "
+                    f"(largest {largest:.3g}){tail}", Location(module=""), evidence)]
+
+
+@contextlib.contextmanager
+def _call_order(model) -> Iterator[dict[str, int]]:
+    """Module path -> index of its last call in the forward run inside the block (hooks removed after)."""
+    order: dict[str, int] = {}
+    ticks = itertools.count()
+    handles = []
+    try:
+        for path, module in model.named_modules():
+            handles.append(module.register_forward_pre_hook(
+                lambda mod, args, path=path: order.__setitem__(path, next(ticks))))
+        yield order
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _whole_modules(model, names: set[str]) -> list[str]:
+    """The largest modules all of whose trainable parameters are in ``names`` ('layers.0.self_attn', not its
+    four Linears), in model order; a parameter outside any such module is named by its own module."""
+    full = []
+    for path, module in model.named_modules():
+        own = [f"{path}.{n}" if path else n for n, p in module.named_parameters() if p.requires_grad]
+        if own and all(n in names for n in own) and not any(path.startswith(f + ".") or f == "" for f in full):
+            full.append(path)
+    covered = {n for n in names if any(n.startswith(f + ".") or f == "" for f in full)}
+    return full + [_module(n) for n in names - covered]
+
+
+def _listed(modules: list[str], n: int = 4) -> str:
+    shown = ", ".join(f"'{m or '<root>'}'" for m in modules[:n])
+    return shown + (f" and {len(modules) - n} more modules" if len(modules) > n else "")
+
+
+def _module(param_name: str) -> str:
+    return param_name.rpartition(".")[0]
+
+
+def _modules(names: list[str], n: int = 4) -> str:
+    mods = list(dict.fromkeys(_module(x) or "<root>" for x in names))
+    return ", ".join(f"'{m}'" for m in mods[:n]) + (f" and {len(mods) - n} more modules" if len(mods) > n else "")
