@@ -5,12 +5,14 @@ caller passes token ids only. Masks are boolean KEEP masks (True = may attend).
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding, TokenEmbedding
+from .schedule import noam_schedule
 
 
 # Configs are frozen: the modules are built from them once, so mutating a
@@ -98,6 +100,8 @@ class _Model(nn.Module):
         # The class-level declaration states the defaults; the instance copy
         # follows an overridden pad_id so the declaration never lies.
         self.__tfcheck__ = {**type(self).__tfcheck__, "pad_id": self._config.pad_id}
+        if "schedule" in self.__tfcheck__:  # the paper's schedule for this model's width, for lr.warmup
+            self.__tfcheck__["schedule"] = functools.partial(noam_schedule, d_model=self._config.d_model)
 
     @property
     def config(self):
@@ -107,7 +111,8 @@ class _Model(nn.Module):
 class TransformerEncoder(_Model):
     """Encoder-only Transformer. forward(tokens (b, s) long) -> hidden states (b, s, d_model)."""
 
-    __tfcheck__ = {"kind": "encoder", "causal": False, "mask": "internal", "pad_id": 0, "output": "tensor"}
+    __tfcheck__ = {"kind": "encoder", "causal": False, "mask": "internal", "pad_id": 0, "output": "tensor",
+                   "schedule": "reference_model:noam_schedule"}
     config_cls = EncoderConfig
 
     def __init__(self, config=None, **overrides):
@@ -138,7 +143,8 @@ class TransformerLM(_Model):
     run under a causal mask, followed by a vocabulary projection.
     """
 
-    __tfcheck__ = {"kind": "decoder", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor"}
+    __tfcheck__ = {"kind": "decoder", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor",
+                   "schedule": "reference_model:noam_schedule"}
     config_cls = LMConfig
 
     def __init__(self, config=None, **overrides):
@@ -173,7 +179,8 @@ class Seq2SeqTransformer(_Model):
     ``tgt`` is the decoder input (already shifted right by the caller).
     """
 
-    __tfcheck__ = {"kind": "seq2seq", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor"}
+    __tfcheck__ = {"kind": "seq2seq", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor",
+                   "schedule": "reference_model:noam_schedule"}
     config_cls = Seq2SeqConfig
 
     def __init__(self, config=None, **overrides):

@@ -234,8 +234,11 @@ def test_overrides_and_config():
 
 def test_declarations():
     assert TransformerEncoder.__tfcheck__ == {
-        "kind": "encoder", "causal": False, "mask": "internal", "pad_id": 0, "output": "tensor"
+        "kind": "encoder", "causal": False, "mask": "internal", "pad_id": 0, "output": "tensor",
+        "schedule": "reference_model:noam_schedule",
     }
+    schedule = TransformerLM(d_model=64).__tfcheck__["schedule"]
+    assert schedule.keywords == {"d_model": 64}  # the instance's schedule follows its width
     assert TransformerLM.__tfcheck__["kind"] == "decoder" and TransformerLM.__tfcheck__["causal"]
     assert Seq2SeqTransformer.__tfcheck__["kind"] == "seq2seq"
     assert TransformerEncoder(pad_id=5).__tfcheck__["pad_id"] == 5

@@ -84,7 +84,7 @@ def not_applicable(model, check, **declared) -> str | None:
 
 
 def test_without_a_schedule_lr_warmup_does_not_apply_and_says_what_to_declare():
-    assert "schedule=mytrain:make_scheduler" in not_applicable("reference_model:TransformerLM", "lr.warmup")
+    assert "schedule=mytrain:make_scheduler" in not_applicable("zoo:NeedsArguments", "lr.warmup")
 
 
 # ----- norm.placement -----------------------------------------------------------------------------------

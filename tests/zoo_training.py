@@ -167,6 +167,8 @@ class FrozenEmbeddingLM(TransformerLM):
 class WithConfigureOptimizers(TransformerLM):
     """A Lightning-style configure_optimizers() returning the optimizer and a warmup schedule."""
 
+    __tfcheck__ = {"kind": "decoder", "causal": True, "mask": "internal", "pad_id": 0}  # no declared schedule
+
     def configure_optimizers(self):
         optimizer = torch.optim.Adam(self.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         from reference_model import noam_schedule
