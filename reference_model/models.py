@@ -14,6 +14,9 @@ from torch import nn
 from .layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding, TokenEmbedding
 from .schedule import noam_schedule
 
+#: The spec of the paper's schedule, as the models declare it to tfcheck.
+NOAM = "reference_model:noam_schedule"
+
 
 # Configs are frozen: the modules are built from them once, so mutating a
 # config afterwards would make it lie about the model.
@@ -100,7 +103,7 @@ class _Model(nn.Module):
         # The class-level declaration states the defaults; the instance copy
         # follows an overridden pad_id so the declaration never lies.
         self.__tfcheck__ = {**type(self).__tfcheck__, "pad_id": self._config.pad_id}
-        if "schedule" in self.__tfcheck__:  # the paper's schedule for this model's width, for lr.warmup
+        if self.__tfcheck__.get("schedule") == NOAM:  # the paper's schedule for this model's width, for lr.warmup
             self.__tfcheck__["schedule"] = functools.partial(noam_schedule, d_model=self._config.d_model)
 
     @property
@@ -112,7 +115,7 @@ class TransformerEncoder(_Model):
     """Encoder-only Transformer. forward(tokens (b, s) long) -> hidden states (b, s, d_model)."""
 
     __tfcheck__ = {"kind": "encoder", "causal": False, "mask": "internal", "pad_id": 0, "output": "tensor",
-                   "schedule": "reference_model:noam_schedule"}
+                   "schedule": NOAM}
     config_cls = EncoderConfig
 
     def __init__(self, config=None, **overrides):
@@ -144,7 +147,7 @@ class TransformerLM(_Model):
     """
 
     __tfcheck__ = {"kind": "decoder", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor",
-                   "schedule": "reference_model:noam_schedule"}
+                   "schedule": NOAM}
     config_cls = LMConfig
 
     def __init__(self, config=None, **overrides):
@@ -180,7 +183,7 @@ class Seq2SeqTransformer(_Model):
     """
 
     __tfcheck__ = {"kind": "seq2seq", "causal": True, "mask": "internal", "pad_id": 0, "output": "tensor",
-                   "schedule": "reference_model:noam_schedule"}
+                   "schedule": NOAM}
     config_cls = Seq2SeqConfig
 
     def __init__(self, config=None, **overrides):
