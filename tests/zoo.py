@@ -19,12 +19,13 @@ class TinyLM(nn.Module):
         super().__init__()
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
         self.attn = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
         self.head = nn.Linear(d_model, vocab_size)
         self.__tfcheck__ = {"kind": "decoder"}
 
     def forward(self, input_ids):
-        x = self.embed(input_ids)
+        x = self.embed(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
         s = x.shape[1]
         # True above the diagonal = may NOT attend (nn.MultiheadAttention's boolean convention).
         future = torch.triu(torch.ones(s, s, dtype=torch.bool, device=x.device), diagonal=1)
@@ -151,6 +152,7 @@ class VarArgsWrapper(nn.Module):
     def __init__(self):
         super().__init__()
         self.inner = build_tiny_lm()
+        self.max_len = self.inner.max_len
 
     def forward(self, *args, **kwargs):
         return self.inner(*args, **kwargs)

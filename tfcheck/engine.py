@@ -2,10 +2,11 @@
 Every exception is caught here: from the model it becomes a failed finding, from tfcheck an error finding."""
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from tfcheck import declarations as decl
 from tfcheck.context import CheckContext, ModelRaised
@@ -138,11 +139,31 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
     """Run one check with the model in eval mode, and leave the model as it was."""
     ctx = CheckContext(subject)
     start = time.perf_counter()
-    with preserved(subject.model):
+    with preserved(subject.model), _threads_for(subject.model):
         subject.model.eval()
         findings = _findings(ctx, chk)
     findings = [_accept(f, subject.accepted) for f in findings]
     return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
+
+
+#: Below this many parameters a probe is a stream of tiny ops: one intra-op thread runs it many times faster
+#: than several (whose hand-offs dominate, worse still on a loaded machine).
+SMALL_MODEL_PARAMS = 5_000_000
+
+
+@contextlib.contextmanager
+def _threads_for(model) -> Iterator[None]:
+    import torch
+
+    threads = torch.get_num_threads()
+    small = sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS
+    if small and threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:

@@ -28,6 +28,9 @@ class Check:
     #: takes no cache argument"); a check that does not apply is no item and no finding, only a line
     #: among the report's assumptions.
     applies: Callable | None = None
+    #: the check builds its own probe inputs (perturbed tokens, padding), which a declared ``inputs``
+    #: factory does not allow
+    builds_inputs: bool = False
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
@@ -36,6 +39,9 @@ class Check:
         """Why the check does not apply to this subject, or None when it does."""
         if not self.applies_to(subject.kind):
             return f"not for kind {subject.kind or 'unknown'}"
+        if self.builds_inputs and subject.facts.get("inputs") is not None:
+            return ("it builds its own probe inputs (perturbed or padded tokens), and this model's inputs come from "
+                    "the declared 'inputs' factory")
         return self.applies(subject) if self.applies is not None else None
 
 
@@ -43,14 +49,14 @@ _REGISTRY: dict[str, Check] = {}
 
 
 def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100,
-          group: str = "probe", applies: Callable | None = None) -> Callable:
+          group: str = "probe", applies: Callable | None = None, builds_inputs: bool = False) -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
         _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
-                              group, applies)
+                              group, applies, builds_inputs)
         return func
     return register
 

@@ -32,6 +32,16 @@ _CONFIG_NAMES = {
                 "max_seq_length", "context_length", "n_ctx"),
     "d_model": ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim"),
 }
+#: Hugging Face model families whose causality their config's model_type states: bidirectional encoders
+#: and decoder-only LMs. (``is_decoder`` and ``is_encoder_decoder`` are read first: a BERT built as a decoder
+#: says so there.)
+_HF_FAMILIES = {
+    **dict.fromkeys(("bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
+                     "camembert", "mpnet", "modernbert", "ernie", "esm", "longformer", "megatron-bert"), "encoder"),
+    **dict.fromkeys(("gpt2", "openai-gpt", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode", "llama", "mistral", "mixtral",
+                     "opt", "bloom", "falcon", "qwen2", "qwen3", "phi", "phi3", "gemma", "gemma2", "gemma3_text",
+                     "codegen", "starcoder2", "olmo", "olmo2", "stablelm", "mpt"), "decoder"),
+}
 _TOKEN_ARGS = ("input_ids", "tokens", "idx", "src", "x", "input", "inputs", "ids", "src_tokens", "token_ids")
 _TARGET_ARGS = ("tgt", "trg", "decoder_input_ids", "tgt_tokens", "target_ids", "dec_input")
 _MASK_ARGS = ("mask", "attention_mask", "src_mask", "key_padding_mask", "src_key_padding_mask", "pad_mask",
@@ -271,6 +281,9 @@ class _Resolver:
             return self.set("kind", "seq2seq", "config.is_encoder_decoder = True")
         if cfg is not None and getattr(cfg, "is_decoder", False) is True:
             return self.set("kind", "decoder", "config.is_decoder = True")
+        family = _HF_FAMILIES.get(getattr(cfg, "model_type", None)) if cfg is not None else None
+        if family is not None:
+            return self.set("kind", family, f"config.model_type = {cfg.model_type!r} (model family: {family})")
         cls = type(self.model).__name__
         if cfg is not None and (cls.endswith("ForCausalLM") or cls.endswith("LMHeadModel")):
             return self.set("kind", "decoder", f"Hugging Face causal-LM class ({cls}) with a config")

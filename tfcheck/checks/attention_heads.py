@@ -38,16 +38,13 @@ class Perturbation:
 
 
 @check(ID, "head split and merge keep positions apart; scores are (length_q, length_k)",
-       rows=(SPLIT_ROW, MERGE_ROW, SCORES_ROW), order=60)
+       rows=(SPLIT_ROW, MERGE_ROW, SCORES_ROW), order=60, builds_inputs=True)
 def attention_heads(ctx) -> list[Finding]:
     """At two probe lengths, one recorded forward each on a batch of the input and copies with one
     position changed: the score axes must be the probe lengths; q, k and v at the first attention the
     change reaches must change at that position only; the merged context before the output projection
     may change only where the heads' output changed, and must not be a plain view of (b, h, s, d_k)."""
     subject = ctx.subject
-    if subject.facts.get("inputs") is not None:
-        return [_skip("not applicable: the model's inputs come from a declared 'inputs' factory, so tfcheck "
-                      "cannot change one position of them")]
     lengths = _lengths(subject)
     if lengths is None:
         return [_skip("not applicable: the model takes fewer than 3 positions (max_len), too few to tell "

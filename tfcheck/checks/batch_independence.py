@@ -28,7 +28,7 @@ _LAYOUT = ("view", "reshape", "flatten", "unflatten", "__getitem__", "narrow", "
 
 
 @check(ID, "each sample's output depends on that sample only, not on the rest of the batch",
-       rows=(ROW,), order=40)
+       rows=(ROW,), order=40, builds_inputs=True)
 def batch_independence(ctx) -> list[Finding]:
     """Compare sample 0 with its neighbours replaced, and samples 2 and 1 in a batch of two in reverse order,
     with the standard probe of batch 3: 3 passes (the probe usually reused), 2 more to localise a failure."""

@@ -34,14 +34,11 @@ REAL_LENGTHS = (3, 6)
 
 
 @check(ID, "the decoder reads the source through every cross-attention layer, and not the source's padding",
-       rows=(ROW_SOURCE, ROW_PAD), kinds=("seq2seq",), order=55)
+       rows=(ROW_SOURCE, ROW_PAD), kinds=("seq2seq",), order=55, builds_inputs=True)
 def cross_dependence(ctx) -> list[Finding]:
     """One hooked pass of batch 5 attributes the source dependence to each cross-attention; one pass of
     batch 5 (pad content changed, mask unchanged) or three small ones (padded vs unpadded) test padding."""
     subject = ctx.subject
-    if subject.facts.get("inputs") is not None:
-        return [Finding(ID, Status.SKIP, "not applicable: the inputs come from a declared factory, so tfcheck cannot "
-                        "build separate source and target tensors")]
     source_length = max(min(PROBE_LENGTH, subject.probe_lengths()[-1]), max(REAL_LENGTHS) + 1)
     target_length = max(1, min(PROBE_LENGTH, subject.probe_lengths()[-1]) + TARGET_LENGTH_DELTA)
     if source_length == target_length:

@@ -42,7 +42,7 @@ def _applies(subject) -> str | None:
 
 @check(ID, "the model has a positional signal (encoders are not permutation-equivariant)",
        rows=(ROW_NONE, ROW_AXIS, "does-not-converge"), kinds=("encoder", "decoder", "seq2seq", None), order=50,
-       applies=_applies)
+       applies=_applies, builds_inputs=True)
 def position_sensitivity(ctx) -> list[Finding]:
     """Encoders: two passes of batch 2, [x, x] and [permuted x, other tokens]. Causal models: one recorded
     pass of batch 3 (a repeated token twice, random tokens as the positive control) whose first attention
