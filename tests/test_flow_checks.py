@@ -79,7 +79,7 @@ def test_padding_that_reaches_cross_attention_is_told_apart_from_an_encoder_leak
     assert "the leak is in cross-attention" in found.message
 
 
-@pytest.mark.parametrize("spec", ["zoo_flow:LMWithoutPositions", "zoo:TinyLM"])
+@pytest.mark.parametrize("spec", ["zoo_flow:LMWithoutPositions"])
 def test_a_decoder_without_positions_is_a_warning_that_explains_why(spec):
     res = result(spec, "position.sensitivity")
     assert res.status is Status.WARN, str(res.findings)

@@ -154,14 +154,15 @@ def test_decode_cache_is_not_applicable_without_a_cache_argument_and_says_why():
     assert noted and noted[0].source.startswith("forward takes no cache argument")
 
 
-@pytest.mark.parametrize("spec,reason", [
-    ("zoo_heads:PerTokenWithCache", "inconclusive: changing the first token did not change"),
-    ("transformers:BertModel", "inconclusive: the model returned no cache"),
+@pytest.mark.parametrize("spec,reason,declared", [
+    ("zoo_heads:PerTokenWithCache", "inconclusive: changing the first token did not change", {}),
+    # BERT takes past_key_values but returns no cache (it is an encoder; declared a decoder here to try)
+    ("transformers:BertModel", "inconclusive: the model returned no cache", {"kind": "decoder"}),
 ])
-def test_decode_cache_skips_with_its_reason(spec, reason):
+def test_decode_cache_skips_with_its_reason(spec, reason, declared):
     if spec.startswith("transformers:"):
         pytest.importorskip("transformers")
-    res = result(spec, CACHE)
+    res = result(spec, CACHE, **declared)
     assert res.status is Status.SKIP and res.findings[0].message.startswith(reason)
 
 

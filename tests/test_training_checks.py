@@ -159,7 +159,7 @@ def test_checks_that_do_not_apply_say_why():
     pytest.importorskip("transformers")
     assert "causal=true" in not_applicable("transformers:BertForMaskedLM", "train.target_leak")
     assert "own loss" in not_applicable("reference_model:TransformerLM", "train.target_leak")
-    assert "no language-model head" in not_applicable("transformers:BertModel", "train.loss_at_init")
+    assert "no language-model head" in not_applicable("zoo:NeedsArguments", "train.loss_at_init")
     assert "token ids" in not_applicable(nn_encoder, "embedding.padding")
     assert "pad_id=INT" in not_applicable("transformers:LlamaForCausalLM", "embedding.padding", pad_id=None)
     assert "frozen" in not_applicable("reference_model.broken:FrozenByMistake", "train.grad_flow")
