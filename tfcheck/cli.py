@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="declarations",
                        help="a declaration for every model given, e.g. kind=decoder (repeatable)")
     check.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
+    check.add_argument("--images", action="store_true",
+                       help="with --json: also draw each leak map as a PNG next to it (needs matplotlib)")
     check.add_argument("--only", metavar="IDS", help="comma-separated check ids to run (forward.smoke runs first)")
     check.add_argument("--strict", action="store_true", help="warnings count as failures")
     check.add_argument("--all", action="store_true", help="also every model in [[tool.tfcheck.models]]")
@@ -87,9 +89,23 @@ def _check(args) -> int:
     sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
     if args.json:
         Path(args.json).write_text(report.to_json(), encoding="utf-8")
+        if args.images:
+            _write_images(report, Path(args.json))
+    elif args.images:
+        raise UsageError("--images draws the leak maps next to the JSON report: give --json PATH too")
     if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
         return EXIT_ERROR
     return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK
+
+
+def _write_images(report, json_path: Path) -> None:
+    from tfcheck.leakmap import save_images
+
+    folder = json_path.with_suffix("")  # report.json -> report/ beside it
+    written = save_images(report, folder)
+    has_maps = any("leak_map_data" in f.evidence for m in report.models for f in m.findings())
+    if has_maps and not written:
+        print("tfcheck: leak-map images need matplotlib: pip install 'tfcheck[images]'", file=sys.stderr)
 
 
 def _list() -> int:

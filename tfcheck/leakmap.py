@@ -79,16 +79,17 @@ class LeakMap:
         style = {("forbidden", True): "bold white on red", ("real", True): "bold white on red",
                  ("forbidden", False): "dim", ("real", False): "green", ("allowed", True): "cyan",
                  ("allowed", False): "dim", ("pad", True): "dim", ("pad", False): "dim"}
-        table = Table(title=self.title, box=None, pad_edge=False, show_edge=False, padding=(0, 0))
+        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 0))
         table.add_column("")
         for c in self.column_labels:
             table.add_column(c[-1], justify="center", no_wrap=True)
         for i, label in enumerate(self.row_labels):
             cells = [Text(self.glyph(i, j), style=style[(self.roles[i][j], self.values[i][j] > self.tolerance)])
                      for j in range(len(self.values[i]))]
-            table.add_row(Text(label), *cells)
-        table.caption = LEGEND[self.kind]
-        return table
+            table.add_row(Text(label + " "), *cells)
+        from rich.console import Group
+
+        return Group(Text(self.title), table, Text(LEGEND[self.kind], style="dim"))
 
 
 def save_image(leak_map: LeakMap, path: str | Path) -> Path | None:

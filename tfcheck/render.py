@@ -18,6 +18,9 @@ from tfcheck.findings import Finding
 from tfcheck.report import ModelReport, Report
 from tfcheck.status import Status
 
+#: Evidence shown otherwise than as "key: value" lines.
+_DRAWN_EVIDENCE = frozenset({"traceback", "leak_map_data", "leak_map"})
+
 STYLE = {Status.PASS: "green", Status.ACCEPTED: "cyan", Status.SKIP: "yellow", Status.WARN: "magenta",
          Status.FAIL: "bold red", Status.ERROR: "bold red"}
 
@@ -75,10 +78,14 @@ def finding_view(f: Finding):
     if f.evidence:
         ev = node.add(Text("evidence", style="dim"))
         for k, v in f.evidence.items():
-            if k != "traceback":
+            if k not in _DRAWN_EVIDENCE:
                 ev.add(Text(f"{k}: {v}"))
         if "traceback" in f.evidence:
             ev.add(Text(str(f.evidence["traceback"])))
+        if "leak_map_data" in f.evidence:  # drawn as a coloured query x key table, not printed as data
+            from tfcheck.leakmap import LeakMap
+
+            node.add(LeakMap.from_evidence(f.evidence["leak_map_data"]).renderable())
     if f.row:
         node.add(row_view(tt.row(f.row)))
     return node
