@@ -38,6 +38,7 @@ class PluginState:
     strict: bool
     json_path: Path | None
     invocation_dir: Path
+    images: bool = False
     results: list[dict] = field(default_factory=list)  # payloads from test reports, xdist-safe
 
 
@@ -54,6 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a declaration for every --tfcheck model, e.g. kind=decoder (see `tfcheck list`)")
     group.addoption("--tfcheck-strict", action="store_true", help="tfcheck warnings fail their items")
     group.addoption("--tfcheck-json", metavar="PATH", help="write the tfcheck report as JSON to PATH")
+    group.addoption("--tfcheck-images", action="store_true",
+                    help="with --tfcheck-json: draw each leak map as a PNG beside the report (needs matplotlib)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,8 +81,10 @@ def pytest_configure(config: pytest.Config) -> None:
             split_spec(spec)
     except TfcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if opt.tfcheck_images and not opt.tfcheck_json:
+        raise pytest.UsageError("--tfcheck-images draws the leak maps beside the JSON report: give --tfcheck-json PATH")
     state = PluginState(specs, cli, opt.tfcheck_strict, Path(opt.tfcheck_json) if opt.tfcheck_json else None,
-                        config.invocation_params.dir)
+                        config.invocation_params.dir, opt.tfcheck_images)
     config.stash[STATE] = state
     config.addinivalue_line("markers", "tfcheck: a tfcheck battery item")
     config.pluginmanager.register(TfcheckSession(state, config), "tfcheck-session")
@@ -136,7 +141,12 @@ class TfcheckSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.state.json_path is None or hasattr(self.config, "workerinput"):
             return
-        self.state.json_path.write_text(_report(self.state).to_json(), encoding="utf-8")
+        report = _report(self.state)
+        self.state.json_path.write_text(report.to_json(), encoding="utf-8")
+        if self.state.images:
+            from tfcheck.leakmap import save_images
+
+            save_images(report, self.state.json_path.with_suffix(""))
 
 
 def _report(state: PluginState):

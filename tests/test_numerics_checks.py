@@ -1,0 +1,137 @@
+"""attention.scale, attention.softmax_axis, numerics.nan_source, numerics.half and embedding.scale proven
+both ways: every broken pattern caught with its row and the user's line; silent on the reference models,
+torch.nn Transformers and Hugging Face models; T5-style unscaled attention explained, not failed."""
+from __future__ import annotations
+
+import pytest
+import torch.nn as nn
+
+import tfcheck
+from reference_model import broken
+from tfcheck import Status
+
+SCALE, AXIS, NAN, HALF, EMBED = ("attention.scale", "attention.softmax_axis", "numerics.nan_source", "numerics.half",
+                                 "embedding.scale")
+CHECKS = [SCALE, AXIS, NAN, HALF, EMBED]
+
+
+def results(spec, **declarations):
+    model = tfcheck.run_checks(spec, only=CHECKS, **declarations).models[0]
+    return {r.check: r for r in model.results}
+
+
+def result(spec, check, **declarations):
+    return tfcheck.run_checks(spec, only=[check], **declarations).models[0].result(check)
+
+
+def nn_transformer():
+    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64,
+                          batch_first=True)
+
+
+def nn_encoder():
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=1)
+
+
+def mha():
+    return nn.MultiheadAttention(32, 4, batch_first=True)
+
+
+CORRECT = ["reference_model:TransformerEncoder", "reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
+           nn_transformer, nn_encoder, mha, "zoo_numerics:SdpaDefaultScale", "zoo_numerics:WhisperStyleScaling",
+           "zoo_numerics:BaddbmmAlpha"]
+HF = ["GPT2LMHeadModel", "BertModel", "LlamaForCausalLM", "T5ForConditionalGeneration"]
+
+
+def _id(spec):
+    return spec if isinstance(spec, str) else spec.__name__
+
+
+@pytest.mark.parametrize("spec", CORRECT + [f"transformers:{c}" for c in HF], ids=_id)
+def test_correct_models_pass_every_numerics_check(spec):
+    if str(spec).startswith("transformers:"):
+        pytest.importorskip("transformers")
+    got = results(spec)
+    assert got and {r.status for r in got.values()} == {Status.PASS}, {c: r.findings for c, r in got.items()}
+    for site in got[SCALE].findings[0].evidence["sites"]:  # measured, not assumed
+        assert abs(site["measured"] / site["expected"] - 1) <= 0.02
+
+
+def test_t5_passes_because_its_config_says_unscaled_and_the_message_says_why():
+    pytest.importorskip("transformers")
+    finding = result("transformers:T5ForConditionalGeneration", SCALE).findings[0]
+    assert finding.status is Status.PASS and "model_type = 't5'" in finding.message
+    assert all(abs(s["measured"] - 1.0) < 0.02 for s in finding.evidence["sites"])
+
+
+@pytest.mark.parametrize("variant,diagnosis", [
+    (broken.AttentionScaledByDModel, "divided by √d_model = 5.66 instead of √d_k = 2.83"),
+    (broken.AttentionMultipliedBySqrtDk, "multiplied by √d_k = 2.83"),
+    (broken.AttentionUnscaled, "not scaled"),
+    ("zoo_numerics:SdpaWrongScale", "divided by √d_model = 5.66"),
+], ids=_id)
+def test_each_scale_bug_is_named_at_the_users_line(variant, diagnosis):
+    res = result(variant, SCALE)
+    assert res.status is Status.FAIL
+    finding = res.findings[0]
+    assert diagnosis in finding.message and finding.row == "attention-scale-wrong"
+    with open(finding.location.file) as f:
+        line = f.read().splitlines()[finding.location.line - 1]
+    assert "@" in line or "scaled_dot_product_attention" in line
+
+
+def test_t5_like_unscaled_attention_without_a_config_warns_and_accept_silences_it():
+    res = result("zoo_numerics:T5LikeUnscaled", SCALE)
+    assert [f.status for f in res.findings] == [Status.WARN]
+    assert "position bias" in res.findings[0].message and "accept" in res.findings[0].message
+    accepted = result("zoo_numerics:T5LikeUnscaled", SCALE, accept={SCALE: "T5-style init"})
+    assert accepted.findings[0].status is Status.ACCEPTED
+
+
+@pytest.mark.parametrize("spec,over", [(broken.SoftmaxOverQueries, "queries"),
+                                       ("zoo_numerics:SoftmaxOverHeads", "heads")], ids=_id)
+def test_softmax_over_the_wrong_axis_is_caught(spec, over):
+    finding = result(spec, AXIS).findings[0]
+    assert finding.status is Status.FAIL and f"over the {over}" in finding.message
+    assert finding.evidence["rows_not_summing_to_1"] > 0 and finding.row == "softmax-wrong-axis"
+
+
+@pytest.mark.parametrize("spec", [broken.MaskFilledWithMinusInf, "zoo_numerics:MinusInfThroughMaskArgument"], ids=_id)
+def test_minus_inf_fill_names_the_softmax_over_all_minus_inf_rows(spec):
+    res = result(spec, NAN)
+    finding = res.findings[0]
+    assert finding.status is Status.FAIL and finding.evidence["parameters_with_non_finite_gradient"]
+    producer = finding.evidence["first_nan_producer"]
+    assert producer["op"] == "torch.Tensor.softmax" and producer["inputs"][0]["rows_all_minus_inf"] > 0
+    assert res.cost.forward == 1 and res.cost.backward == 1
+
+
+@pytest.mark.parametrize("spec", [broken.MaskFilledWithMinusOneE9, "zoo_numerics:AdditiveMinusOneE9"], ids=_id)
+def test_minus_1e9_warns_and_fails_when_fp16_is_declared(spec):
+    warned = result(spec, HALF).findings[0]
+    assert warned.status is Status.WARN and "finfo" in warned.message and warned.location.line
+    assert warned.evidence["constants"][0]["overflows"] == ["float16"]
+    assert result(spec, HALF, precision="fp16").status is Status.FAIL
+
+
+def test_autocast_run_is_opt_in_and_leaves_the_reference_model_passing():
+    res = result("reference_model:TransformerLM", HALF, precision="bf16")
+    assert res.status is Status.PASS and res.cost.forward == 2
+    assert res.findings[0].evidence["autocast_output_finite"] is True
+
+
+def test_embedding_that_drowns_the_positions_names_the_lever():
+    finding = result(broken.EmbeddingDrownsPositions, EMBED).findings[0]
+    assert finding.status is Status.WARN and finding.evidence["ratio"] > 3
+    assert "√d_model" in finding.message and "std" in finding.message
+
+
+def test_reference_embedding_ratio_is_measured_near_one():
+    finding = result("reference_model:TransformerLM", EMBED).findings[0]
+    assert 0.5 < finding.evidence["ratio"] < 2
+
+
+def test_each_check_costs_one_pass_on_the_reference_lm():
+    got = results("reference_model:TransformerLM")
+    assert {c: r.cost.forward for c, r in got.items()} == {c: 1 for c in CHECKS}
