@@ -147,7 +147,7 @@ def test_every_cli_option_is_documented():
 def test_every_plugin_option_is_documented():
     page = (DOCS / "pytest-plugin.md").read_text("utf-8")
     options = _plugin_options()
-    assert options == {"--tfcheck", "--tfcheck-all", "--tfcheck-set", "--tfcheck-strict", "--tfcheck-json"}
+    assert {"--tfcheck", "--tfcheck-all", "--tfcheck-set", "--tfcheck-strict", "--tfcheck-json"} <= options
     for opt in options:
         assert f"| `{opt}" in page, f"pytest-plugin.md has no table line for {opt}"
 
