@@ -53,7 +53,10 @@ class _MultipliedBySqrtDk(MultiHeadAttention):
 
 
 class AttentionMultipliedBySqrtDk(TransformerEncoder):
-    """Logits multiplied by √d_k instead of divided: the softmax saturates and gradients vanish."""
+    """Logits multiplied by √d_k instead of divided: the softmax saturates and gradients vanish.
+
+    Fix: divide the scores by math.sqrt(d_k).
+    """
 
     __tfcheck_expect__ = {"check": "attention.scale", "row": "attention-scale-wrong"}
 
@@ -68,7 +71,10 @@ class _Unscaled(MultiHeadAttention):
 
 
 class AttentionUnscaled(Seq2SeqTransformer):
-    """Raw q·kᵀ logits, never scaled; the model declares nothing that would make this intended."""
+    """Raw q·kᵀ logits, never scaled; the model declares nothing that would make this intended.
+
+    Fix: divide the scores by math.sqrt(d_k) (or declare the scale folded into the initialisation).
+    """
 
     __tfcheck_expect__ = {"check": "attention.scale", "row": "attention-scale-wrong"}
 
@@ -84,7 +90,10 @@ class _SoftmaxOverQueries(MultiHeadAttention):
 
 
 class SoftmaxOverQueries(TransformerEncoder):
-    """``scores.softmax(dim=-2)``: weights sum to 1 over the queries, not over the keys a query attends to."""
+    """``scores.softmax(dim=-2)``: weights sum to 1 over the queries, not over the keys a query attends to.
+
+    Fix: softmax over the key axis, dim=-1.
+    """
 
     __tfcheck_expect__ = {"check": "attention.softmax_axis", "row": "softmax-wrong-axis"}
 
@@ -117,7 +126,10 @@ class _MinusOneE9Fill(MultiHeadAttention):
 
 class MaskFilledWithMinusOneE9(TransformerLM):
     """The Annotated Transformer's ``masked_fill(mask == 0, -1e9)``: right in float32, -inf in float16.
-    A warning unless the model declares precision=fp16."""
+    A warning unless the model declares precision=fp16.
+
+    Fix: fill with torch.finfo(scores.dtype).min.
+    """
 
     __tfcheck_expect__ = {"check": "numerics.half", "row": "mask-fill-overflows-half", "status": "warn"}
 
