@@ -14,25 +14,34 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
 
 
 @contextlib.contextmanager
-def preserved(model: nn.Module) -> Iterator[None]:
+def preserved(model: nn.Module, copy_parameters: bool = True) -> Iterator[list[str]]:
+    """Restore the model on exit. ``copy_parameters=False`` (trace_shapes on big models) skips the copy of
+    the parameters: a forward that writes its own weights in place is then reported (the names are
+    yielded in the list, filled on exit) instead of undone."""
     modes = [(m, m.training) for m in model.modules()]
     params = list(model.named_parameters())
     flags = [(p, p.requires_grad, p.grad) for _, p in params]
-    values = {id(t): t.detach().clone() for _, t in params}
+    values = {id(t): t.detach().clone() for _, t in params} if copy_parameters else {}
+    versions = {id(t): t._version for _, t in params}
+    written: list[str] = []
     buffers = [(b, b.detach().clone()) for _, b in model.named_buffers()]
     hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
     py_state = random.getstate()
     np_state = _numpy_state()
     try:
         with torch.random.fork_rng(devices=[]):
-            yield
+            yield written
     finally:
         random.setstate(py_state)
         _set_numpy_state(np_state)
         with torch.no_grad():
-            for _, p in params:
-                if not torch.equal(p.detach(), values[id(p)]):
+            for name, p in params:
+                if p._version == versions[id(p)]:
+                    continue  # never written in place: nothing to compare or restore
+                if id(p) in values:
                     p.copy_(values[id(p)])
+                else:
+                    written.append(name)
             for b, saved in buffers:
                 if b.shape == saved.shape and not torch.equal(b, saved):
                     b.copy_(saved)

@@ -43,14 +43,24 @@ class TensorMeta:
     @classmethod
     def of(cls, t: torch.Tensor) -> "TensorMeta":
         if t.is_nested:  # a nested tensor has no single shape; its component count stands in
-            return cls((t.size(0),), "nested " + str(t.dtype).replace("torch.", ""), t.device.type)
-        return cls(tuple(int(s) for s in t.shape), str(t.dtype).replace("torch.", ""), t.device.type)
+            return cls((t.size(0),), "nested " + _dtype_name(t.dtype), t.device.type)
+        return cls(tuple(t.shape), _dtype_name(t.dtype), t.device.type)
 
     def __str__(self) -> str:
         return f"{self.shape} {self.dtype}" + ("" if self.device == "cpu" else f" {self.device}")
 
     def to_dict(self) -> dict:
         return {"shape": list(self.shape), "dtype": self.dtype, "device": self.device}
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def describe(value: Any, depth: int = 0) -> Any:
@@ -203,7 +213,7 @@ class Recorder:
     def ids(self, value: Any) -> tuple[int, ...]:
         if self._alive is None:
             return ()
-        tensors = [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+        tensors = _tensors(value)
         self._alive.extend(tensors)
         return tuple(id(t) for t in tensors)
 
@@ -277,6 +287,23 @@ class Recorder:
         return out
 
 
+_FUNCTION_NAMES: dict = {}
+
+
+def _function_name(func) -> str:
+    """torch's name for a function (resolve_name is slow: it catches warnings on every call)."""
+    try:
+        return _FUNCTION_NAMES[func]
+    except (KeyError, TypeError):
+        pass
+    name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+    try:
+        _FUNCTION_NAMES[func] = name
+    except TypeError:  # an unhashable callable
+        pass
+    return name
+
+
 class _Entered:
     """Remembers whether a mode was entered, so an early failure removes only what was installed."""
 
@@ -292,7 +319,7 @@ class _FunctionMode(_Entered, TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+        name = _function_name(func)
         if name.endswith(_NOISE):
             return func(*args, **kwargs)
         return self.recorder.observe("function", name, func, args, kwargs)
@@ -308,7 +335,23 @@ class _DispatchMode(_Entered, TorchDispatchMode):
 
 
 def _metas(value: Any) -> tuple[TensorMeta, ...]:
-    return tuple(TensorMeta.of(t) for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+    return tuple(TensorMeta.of(t) for t in _tensors(value))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors inside op arguments or outputs; the common flat cases without pytree's generality."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) and isinstance(value[0], tuple):
+        args, kwargs = value  # (args, kwargs) of one call
+        flat = list(args) + list(kwargs.values())
+    elif isinstance(value, (tuple, list)):
+        flat = list(value)
+    else:
+        return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+    if all(isinstance(v, torch.Tensor) or not isinstance(v, (tuple, list, dict)) for v in flat):
+        return [v for v in flat if isinstance(v, torch.Tensor)]
+    return [t for t in tree_flatten(flat)[0] if isinstance(t, torch.Tensor)]
 
 
 def _scalars(args: tuple, kwargs: dict) -> dict:

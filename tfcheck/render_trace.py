@@ -20,6 +20,8 @@ def trace_tree(trace) -> Tree:
         children.setdefault(c.parent, []).append(c)
     for top in children.get(None, []):
         _add_call(root, trace, top, children)
+    for note in trace.notes:
+        root.add(Text(f"note: {note}", style="yellow"))
     if trace.error is not None:
         err = root.add(Text.assemble(("FAILED ", "bold red"), escape(trace.error.message)))
         if trace.error.row:

@@ -60,6 +60,7 @@ class Trace:
     total_params: int
     recording: Recording
     error: TraceFailure | None = None
+    notes: list[str] = field(default_factory=list)
     _model: nn.Module | None = field(default=None, repr=False)
     _example: tuple | None = field(default=None, repr=False)
 
@@ -107,7 +108,7 @@ class Trace:
         return {"model": self.model_name, "device": self.device, "inputs": structure_dict(self.inputs),
                 "total_params": self.total_params, "calls": [c.to_dict() for c in self.calls],
                 "ops": [o.to_dict() for o in self.ops if o.phase == "forward"],
-                "error": self.error.to_dict() if self.error else None}
+                "error": self.error.to_dict() if self.error else None, "notes": list(self.notes)}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -148,8 +149,12 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         raise UsageError(f"trace_shapes(device={device!r}): only device='meta' (or None, the model's own) is supported")
     from tfcheck.guard import preserved
 
-    with preserved(model):
-        return _trace(model, example_args, example_kwargs, "model's own")
+    # No copy of the parameters (a trace must stay cheap on big models): a forward that writes its own
+    # weights is reported instead of undone; buffers, modes, hooks and RNG are restored as always.
+    with preserved(model, copy_parameters=False) as written:
+        trace = _trace(model, example_args, example_kwargs, "model's own")
+    trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
+    return trace
 
 
 def _meta_subject(spec: Any):
@@ -186,7 +191,7 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
     failure = _failure(model, recorder, error, device) if error is not None else None
     total = sum(p.numel() for p in model.parameters())
     return Trace(type(model).__name__, device, describe(list(args) + ([kwargs] if kwargs else [])), total,
-                 recorder.recording, failure, model, (args, kwargs))
+                 recorder.recording, failure, _model=model, _example=(args, kwargs))
 
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
