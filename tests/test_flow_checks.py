@@ -5,17 +5,13 @@ no failure."""
 from __future__ import annotations
 
 import pytest
-import torch.nn as nn
 
 import tfcheck
 from reference_model.broken import flow as broken
 from tfcheck import Status
+from helpers import nn_encoder, nn_transformer, result
 
 CHECKS = ("batch.independence", "position.sensitivity", "cross.dependence")
-
-
-def result(spec, check, **declared):
-    return tfcheck.run_checks(spec, only=[check], **declared).models[0].result(check)
 
 
 def failure(spec, check, **declared):
@@ -91,16 +87,6 @@ def test_unknown_kind_without_positions_warns_and_names_the_declaration_that_dec
     res = result("zoo:NeedsArguments", "position.sensitivity")
     assert res.status is Status.WARN and "declare kind=encoder" in res.findings[0].message
     assert result("zoo:NeedsArguments", "position.sensitivity", kind="encoder").status is Status.FAIL
-
-
-def nn_transformer():
-    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-                          batch_first=True)
-
-
-def nn_encoder():
-    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
-    return nn.TransformerEncoder(layer, num_layers=2)
 
 
 @pytest.mark.parametrize("spec", ["reference_model:TransformerEncoder", "reference_model:TransformerLM",

@@ -4,28 +4,14 @@ built from configs and correct models in other layouts."""
 from __future__ import annotations
 
 import pytest
-import torch.nn as nn
 
 import tfcheck
 from reference_model import broken
 from tfcheck import Status
 from tfcheck.attention_sites import Operand
+from helpers import nn_encoder, nn_transformer, result
 
 HEADS, CACHE = "attention.heads", "decode.cache"
-
-
-def result(spec, check, **declarations):
-    return tfcheck.run_checks(spec, only=[check], **declarations).models[0].result(check)
-
-
-def nn_encoder():
-    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
-    return nn.TransformerEncoder(layer, num_layers=2)
-
-
-def nn_transformer():
-    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-                          batch_first=True)
 
 
 CORRECT = ["reference_model:TransformerEncoder", "reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",

@@ -6,28 +6,14 @@ import io
 
 import pytest
 import torch
-import torch.nn as nn
 from rich.console import Console
 
 import tfcheck
 from reference_model import broken
 from tfcheck import Status, leakmap
+from helpers import nn_encoder, nn_transformer, result
 
 CAUSAL, PADDING = "mask.causal", "mask.padding"
-
-
-def result(model, check, **declared):
-    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
-
-
-def nn_encoder():
-    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
-    return nn.TransformerEncoder(layer, num_layers=2)
-
-
-def nn_transformer():
-    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-                          batch_first=True)
 
 
 CORRECT = [

@@ -9,6 +9,7 @@ import torch.nn as nn
 import tfcheck
 from reference_model import broken
 from tfcheck import Status
+from helpers import result
 
 SCALE, AXIS, NAN, HALF, EMBED = ("attention.scale", "attention.softmax_axis", "numerics.nan_source", "numerics.half",
                                  "embedding.scale")
@@ -18,10 +19,6 @@ CHECKS = [SCALE, AXIS, NAN, HALF, EMBED]
 def results(spec, **declarations):
     model = tfcheck.run_checks(spec, only=CHECKS, **declarations).models[0]
     return {r.check: r for r in model.results}
-
-
-def result(spec, check, **declarations):
-    return tfcheck.run_checks(spec, only=[check], **declarations).models[0].result(check)
 
 
 def nn_transformer():

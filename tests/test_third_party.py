@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch.nn as nn
 
 import tfcheck
 from tfcheck import Status
 from tfcheck.engine import load_subject
-
-
-def nn_encoder():
-    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
-    return nn.TransformerEncoder(layer, num_layers=2)
-
-
-def nn_transformer():
-    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-                          batch_first=True)
+from helpers import nn_encoder, nn_transformer
 
 
 def assert_all_pass(report):

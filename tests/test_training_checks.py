@@ -10,16 +10,12 @@ import tfcheck
 import zoo_training as zt
 from reference_model import TransformerLM, noam_schedule
 from reference_model.broken import PostLNWithoutWarmup
-from test_third_party import nn_encoder, nn_transformer
 from tfcheck import Status
 from tfcheck.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH, curve_svg, sparkline
+from helpers import nn_encoder, nn_transformer, result
 
 TRAINING_CHECKS = ["lr.warmup", "norm.placement", "train.loss_at_init", "train.overfit_batch", "train.grad_flow",
                    "train.target_leak", "dropout.eval", "embedding.padding"]
-
-
-def result(model, check, **declared):
-    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
 
 
 def verdict(model, check, **declared):

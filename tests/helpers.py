@@ -1,0 +1,21 @@
+"""What the check tests share: one check's result on one model, and torch.nn Transformers used as documented."""
+from __future__ import annotations
+
+import torch.nn as nn
+
+import tfcheck
+
+
+def result(model, check: str, **declared):
+    """The CheckResult of ``check`` alone on ``model`` (forward.smoke still gates it)."""
+    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
+
+
+def nn_encoder():
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    return nn.TransformerEncoder(layer, num_layers=2)
+
+
+def nn_transformer():
+    return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
+                          batch_first=True)
