@@ -9,7 +9,6 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -419,7 +419,7 @@ def _infer_output(raw: Any) -> tuple[str | int, str]:
     if isinstance(raw, dict):
         for k, v in raw.items():
             if isinstance(v, torch.Tensor) and isinstance(k, str):
-                return k, f"first tensor value of the returned dict (declare output=KEY if not)"
+                return k, "first tensor value of the returned dict (declare output=KEY if not)"
     raise UsageError(
         f"the model returned a {type(raw).__name__} with no tensor tfcheck can find; declare 'output' (a tuple "
         "index or a key/attribute name of the output tensor)")

@@ -7,7 +7,6 @@ sum to 0 under a safe softmax). ``F.scaled_dot_product_attention`` always normal
 """
 from __future__ import annotations
 
-import torch
 
 from tfcheck.attention_sites import AttentionSite, record_sites
 from tfcheck.findings import Finding, Location

@@ -84,7 +84,7 @@ def _encoder_order(ctx, length: int) -> Finding:
     outs, tol = _order_passes(ctx, [subject.inputs_for(torch.cat([x, x])),
                                     subject.inputs_for(torch.cat([x[:, perm], y]))], length)
     if outs is None:
-        return Finding(ID, Status.SKIP, f"inconclusive: the output is not (batch, length, ...), so permuted positions "
+        return Finding(ID, Status.SKIP, "inconclusive: the output is not (batch, length, ...), so permuted positions "
                        "cannot be compared; declare 'output' if another tensor is per position")
     same, moved = outs
     equivariance = float((moved[0] - same[0][perm]).abs().max())
