@@ -10,9 +10,13 @@ from tfcheck.engine import load_subject
 from helpers import nn_encoder, nn_transformer
 
 
-def assert_all_pass(report):
-    """No failure and no warning: every check passes, or skips because its measurement was inconclusive."""
-    results = report.models[0].results
+#: Warnings a correct third-party model earns by design, each explaining itself.
+EXPLAINED = {("T5ForConditionalGeneration", "attention.scale")}  # T5 folds 1/sqrt(d_k) into its init
+
+
+def assert_all_pass(report, name: str = ""):
+    """No failure and no unexplained warning: every check passes, or skips because it was inconclusive."""
+    results = [r for r in report.models[0].results if (name, r.check) not in EXPLAINED]
     assert {r.status for r in results} <= {Status.PASS, Status.SKIP}, str(report)
     for r in results:
         if r.status is Status.SKIP:
@@ -42,7 +46,7 @@ def test_torch_nn_encoder_of_unknown_kind_gets_a_warning_that_says_what_to_decla
 def test_hugging_face_models_built_from_small_configs_pass(cls):
     pytest.importorskip("transformers")
     report = tfcheck.run_checks(f"transformers:{cls}")
-    assert_all_pass(report)
+    assert_all_pass(report, cls)
     filled = next(a for a in report.models[0].assumptions if a.key == "constructor arguments")
     assert "small sizes" in str(filled.value["config"])
     model_params = sum(p.numel() for p in load_subject(f"transformers:{cls}").model.parameters())
