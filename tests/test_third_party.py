@@ -63,3 +63,10 @@ def test_hugging_face_kind_comes_from_the_config():
     bert = next(a for a in tfcheck.run_checks("transformers:BertModel", only=["forward.smoke"]).models[0].assumptions
                 if a.key == "kind")
     assert bert.value == "encoder" and bert.source == "config.model_type = 'bert' (model family: encoder)"
+
+
+def test_a_nanogpt_style_model_is_given_targets_to_return_every_position():
+    report = tfcheck.run_checks("zoo_training:NanoGPTStyle")
+    assert_all_pass(report)
+    targets = next(a for a in report.models[0].assumptions if a.key == "targets")
+    assert "nanoGPT convention" in targets.source

@@ -129,6 +129,8 @@ class Subject:
         for name, role in self.facts["call_plan"]:
             if role in ("tokens", "features"):
                 value = primary
+            elif role == "lm_targets":
+                value = primary
             elif role.startswith("target"):
                 if target is None:
                     raise UsageError(f"{self.spec} takes a target input; give inputs_for() a target tensor")
@@ -378,6 +380,13 @@ class _Resolver:
                 plan.append((slot, "target_features" if features else "target_tokens"))
             elif required and name == mask.argument:
                 plan.append((slot, "mask"))
+            elif name == "targets" and not features and self.s.facts.get("kind") in ("decoder", None):
+                # nanoGPT's forward(idx, targets=None) returns only the last position's logits without
+                # targets (its generation shortcut): give the inputs as targets to get every position.
+                plan.append((name, "lm_targets"))
+                self.s.assumptions.append(Assumption(
+                    "targets", "the input tokens", "forward takes targets=None (nanoGPT convention: without "
+                    "targets only the last position's logits come back)"))
             elif required:
                 raise SpecError(
                     f"{self.s.spec}.forward requires argument {name!r}, which tfcheck cannot build. Declare "
