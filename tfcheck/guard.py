@@ -28,12 +28,18 @@ def preserved(model: nn.Module, copy_parameters: bool = True) -> Iterator[list[s
     hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
     py_state = random.getstate()
     np_state = _numpy_state()
+    # Process-wide torch settings a model's forward (or a check) could flip.
+    default_dtype, grad_enabled = torch.get_default_dtype(), torch.is_grad_enabled()
+    anomaly = torch.is_anomaly_enabled()
     try:
         with torch.random.fork_rng(devices=[]):
             yield written
     finally:
         random.setstate(py_state)
         _set_numpy_state(np_state)
+        torch.set_default_dtype(default_dtype)
+        torch.set_grad_enabled(grad_enabled)
+        torch.set_anomaly_enabled(anomaly)
         with torch.no_grad():
             for name, p in params:
                 if p._version == versions[id(p)]:
