@@ -12,7 +12,7 @@ from tfcheck import declarations as decl
 from tfcheck.context import CheckContext, ModelRaised
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.findings import Finding
-from tfcheck.guard import preserved
+from tfcheck.guard import Baseline, preserved
 from tfcheck.registry import Check, all_checks
 from tfcheck.report import Assumption, CheckResult, ModelReport
 from tfcheck.status import Status
@@ -139,7 +139,9 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
     """Run one check with the model in eval mode, and leave the model as it was."""
     ctx = CheckContext(subject)
     start = time.perf_counter()
-    with preserved(subject.model), _threads_for(subject.model):
+    if subject.baseline is None:
+        subject.baseline = Baseline(subject.model)
+    with preserved(subject.model, baseline=subject.baseline), _threads_for(subject.model):
         subject.model.eval()
         findings = _findings(ctx, chk)
     findings = [_accept(f, subject.accepted) for f in findings]

@@ -13,18 +13,31 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
                "_state_dict_hooks", "_load_state_dict_pre_hooks")
 
 
+class Baseline:
+    """One copy of a model's parameters and buffers, taken before its first check: every check restores
+    to it, so a battery of twenty checks copies a large model once, not twenty times."""
+
+    def __init__(self, model: nn.Module):
+        self.values = {id(t): t.detach().clone() for t in [*model.parameters(), *model.buffers()]}
+
+
 @contextlib.contextmanager
-def preserved(model: nn.Module, copy_parameters: bool = True) -> Iterator[list[str]]:
-    """Restore the model on exit. ``copy_parameters=False`` (trace_shapes on big models) skips the copy of
-    the parameters: a forward that writes its own weights in place is then reported (the names are
-    yielded in the list, filled on exit) instead of undone."""
+def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline | None = None) -> Iterator[list[str]]:
+    """Restore the model on exit, to ``baseline`` when given (else to a copy taken now).
+    ``copy_parameters=False`` (trace_shapes on big models) skips the copy of the parameters: a forward that
+    writes its own weights in place is then reported (the names are yielded in the list, filled on exit)
+    instead of undone."""
     modes = [(m, m.training) for m in model.modules()]
     params = list(model.named_parameters())
     flags = [(p, p.requires_grad, p.grad) for _, p in params]
-    values = {id(t): t.detach().clone() for _, t in params} if copy_parameters else {}
+    if baseline is not None:
+        values = baseline.values
+    else:
+        values = {id(t): t.detach().clone() for _, t in params} if copy_parameters else {}
     versions = {id(t): t._version for _, t in params}
     written: list[str] = []
-    buffers = [(b, b.detach().clone()) for _, b in model.named_buffers()]
+    buffers = [(b, baseline.values[id(b)] if baseline is not None and id(b) in baseline.values else b.detach().clone())
+               for _, b in model.named_buffers()]
     hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
     py_state = random.getstate()
     np_state = _numpy_state()
@@ -42,11 +55,11 @@ def preserved(model: nn.Module, copy_parameters: bool = True) -> Iterator[list[s
         torch.set_anomaly_enabled(anomaly)
         with torch.no_grad():
             for name, p in params:
-                if p._version == versions[id(p)]:
-                    continue  # never written in place: nothing to compare or restore
                 if id(p) in values:
-                    p.copy_(values[id(p)])
-                else:
+                    # The version counter misses writes through .data; the comparison does not.
+                    if p._version != versions[id(p)] or not torch.equal(p.detach(), values[id(p)]):
+                        p.copy_(values[id(p)])
+                elif p._version != versions[id(p)]:
                     written.append(name)
             for b, saved in buffers:
                 if b.shape == saved.shape and not torch.equal(b, saved):

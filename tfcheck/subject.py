@@ -58,6 +58,8 @@ class Subject:
     facts: dict[str, Any] = field(default_factory=dict)
     #: standard probes already run, shared by the checks of this model: (batch, length, seed) -> Probe
     probe_cache: dict = field(default_factory=dict)
+    #: the model's parameters and buffers as they were before the first check (tfcheck.guard.Baseline)
+    baseline: Any = None
 
     @property
     def model(self) -> nn.Module:
