@@ -7,12 +7,9 @@ result is inconclusive, never a pass.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
-import torch.nn as nn
 
 #: Relative size of float rounding that still counts as "unchanged", per dtype of the output.
 ROUNDING = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -66,24 +63,3 @@ class Judgement:
     def evidence(self) -> dict:
         return {"largest_forbidden_change": self.largest, "tolerance": self.tolerance,
                 "positive_control_change": self.control}
-
-
-def first_embedding(model: nn.Module) -> tuple[str, nn.Module] | None:
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Embedding):
-            return name, module
-    return None
-
-
-@contextlib.contextmanager
-def added_to_output(module: nn.Module, delta: torch.Tensor) -> Iterator[None]:
-    """Add ``delta`` to a module's output (e.g. the token embedding) for the calls inside the block, so a
-    dependence too small to show through discrete token changes still shows. The hook is removed after."""
-    def hook(mod, args, output):
-        return output + delta.to(output.dtype) if isinstance(output, torch.Tensor) else output
-
-    handle = module.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()

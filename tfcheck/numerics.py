@@ -10,17 +10,13 @@ import torch
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.recorder import OpEvent
+from tfcheck.recorder import OpEvent, tensors_in
 
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)
 BFLOAT16_MAX = float(torch.finfo(torch.bfloat16).max)
 #: Ops that write a constant into a tensor: their scalar is a fill value, the tensor they write into the dtype.
 FILLS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "where", "new_full"})
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
 
 
 def _nonfinite(t: torch.Tensor) -> tuple[bool, bool]:
@@ -80,12 +76,12 @@ class NonFiniteTracker:
         self.ops += 1
         if self.nan is not None and self.inf is not None and event.level == "aten":
             return
-        outs = _tensors(out)
+        outs = tensors_in(out)
         flags = [_nonfinite(t) for t in outs]
         out_nan, out_inf = any(f[0] for f in flags), any(f[1] for f in flags)
         if not (out_nan or out_inf):
             return
-        ins = _tensors((args, kwargs))
+        ins = tensors_in((args, kwargs))
         in_flags = [_nonfinite(t) for t in ins]
         in_nan, in_inf = any(f[0] for f in in_flags), any(f[1] for f in in_flags)
         scalar_inf = any(isinstance(v, float) and v in (float("inf"), float("-inf"))

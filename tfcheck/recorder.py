@@ -213,7 +213,7 @@ class Recorder:
     def ids(self, value: Any) -> tuple[int, ...]:
         if self._alive is None:
             return ()
-        tensors = _tensors(value)
+        tensors = tensors_in(value)
         self._alive.extend(tensors)
         return tuple(id(t) for t in tensors)
 
@@ -335,10 +335,10 @@ class _DispatchMode(_Entered, TorchDispatchMode):
 
 
 def _metas(value: Any) -> tuple[TensorMeta, ...]:
-    return tuple(TensorMeta.of(t) for t in _tensors(value))
+    return tuple(TensorMeta.of(t) for t in tensors_in(value))
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
     """The tensors inside op arguments or outputs; the common flat cases without pytree's generality."""
     if isinstance(value, torch.Tensor):
         return [value]

@@ -72,6 +72,10 @@ class Subject:
     def fact(self, key: str) -> Any:
         return self.facts.get(key)
 
+    def source_of(self, key: str) -> str | None:
+        """Where the fact ``key`` came from (a declaration, the config, a rule), as the report shows it."""
+        return next((a.source for a in self.assumptions if a.key == key), None)
+
     @property
     def kind(self) -> str | None:
         return self.facts.get("kind")
@@ -236,7 +240,7 @@ class _Resolver:
         self.s = subject
         self.model = subject.model
         self.config = getattr(self.model, "config", None)
-        self.params = _forward_params(self.model)
+        self.params = forward_params(self.model)
 
     def set(self, key: str, value: Any, source: str, show: bool = True) -> None:
         self.s.facts[key] = value
@@ -311,14 +315,14 @@ class _Resolver:
                 if isinstance(value, int) and not isinstance(value, bool):
                     return self.set(key, value, f"{prefix}.{name}")
         if embedding_attr:
-            found = _first_embedding(self.model)
+            found = first_embedding(self.model)
             if found is not None and getattr(found[1], embedding_attr) is not None:
                 return self.set(key, getattr(found[1], embedding_attr),
                                 f"nn.Embedding '{found[0]}'.{embedding_attr}")
         if key == "d_model" and (found := _first_width(self.model)) is not None:
             return self.set(key, found[1], found[0])
         if key == "vocab_size":
-            found = _first_embedding(self.model)
+            found = first_embedding(self.model)
             if found is not None:
                 return self.set(key, found[1].num_embeddings, f"nn.Embedding '{found[0]}'.num_embeddings")
         if fallback is not None:
@@ -359,7 +363,7 @@ class _Resolver:
             if self.s.facts.get("kind") == "attention" and self.s.fact("d_model") is None:
                 raise SpecError(f"{self.s.spec} is an attention module but its width is unknown: declare d_model=INT")
             return
-        features = _first_embedding(self.model) is None
+        features = first_embedding(self.model) is None
         if features and self.s.fact("d_model") is None:
             raise SpecError(
                 f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
@@ -436,7 +440,7 @@ def _infer_output(raw: Any) -> tuple[str | int, str]:
         "index or a key/attribute name of the output tensor)")
 
 
-def _forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
+def forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):
@@ -451,7 +455,7 @@ def _takes_varargs(model: nn.Module) -> bool:
         return False
 
 
-def _first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+def first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
     for name, module in model.named_modules():
         if isinstance(module, nn.Embedding):
             return name, module

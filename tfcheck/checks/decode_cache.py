@@ -9,7 +9,6 @@ tuple). It catches caches that are dropped or overwritten, rotary or positional 
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import TARGET_LENGTH_DELTA
+from tfcheck.subject import TARGET_LENGTH_DELTA, forward_params
 
 ID = "decode.cache"
 ROW = "kv-cache-decode-mismatch"
@@ -32,7 +31,7 @@ BATCH = 2
 
 
 def _not_applicable(subject) -> str | None:
-    if not any(n in _forward_params(subject.model) for n in CACHE_ARGS):
+    if not any(n in forward_params(subject.model) for n in CACHE_ARGS):
         return f"forward takes no cache argument (looked for {', '.join(CACHE_ARGS)})"
     if subject.fact("causal") is False:
         return (f"the model is not causal ({_causal_source(subject)}), so decoding one token at a time is not "
@@ -52,7 +51,7 @@ def decode_cache(ctx) -> list[Finding]:
     relative to the output's scale. Sample 1 differs from sample 0 in its first token only, so the later
     outputs must differ (positive control: the past reaches them)."""
     subject = ctx.subject
-    params = _forward_params(subject.model)
+    params = forward_params(subject.model)
     cache_arg = next(n for n in CACHE_ARGS if n in params)
     length = min(LENGTH, subject.probe_lengths()[-1])
     source, target = _inputs(subject, length)
@@ -79,15 +78,8 @@ def _skip(message: str, evidence: dict | None = None) -> Finding:
 
 
 def _causal_source(subject) -> str:
-    found = next((a for a in subject.assumptions if a.key == "causal"), None)
-    return f"causal=false from {found.source}" if found else "causal=false"
-
-
-def _forward_params(model) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(model.forward).parameters)
-    except (TypeError, ValueError):
-        return {}
+    source = subject.source_of("causal")
+    return f"causal=false from {source}" if source else "causal=false"
 
 
 def _inputs(subject, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -109,15 +109,11 @@ def _not_applicable(subject) -> str | None:
         return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot perturb "
                 "single positions")
     if subject.fact("causal") is False:
-        return (f"not applicable: causal=false ({_source(subject, 'causal')}); a model of kind {subject.kind} that "
+        return (f"not applicable: causal=false ({subject.source_of('causal') or 'declared'}); a model of kind {subject.kind} that "
                 "is not causal may see the whole sequence")
     if subject.kind is None and subject.facts.get("takes_features") is False and subject.fact("vocab_size") is None:
         return "inconclusive: vocab_size is unknown, so tfcheck cannot draw other tokens; declare vocab_size"
     return None
-
-
-def _source(subject, key: str) -> str:
-    return next((a.source for a in subject.assumptions if a.key == key), "declared")
 
 
 def _lengths(subject) -> tuple[int, ...]:
@@ -359,7 +355,7 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
     return {
         "lengths": [m.length for m in measures],
         "per_length": [{"length": m.length, **m.judgement.evidence()} for m in measures],
-        "causal": subject.fact("causal"), "causal_from": _source(subject, "causal"),
+        "causal": subject.fact("causal"), "causal_from": subject.source_of("causal") or "declared",
         "perturbation": "each position in turn: another token id, plus a random vector of the embedding's "
                         "scale added to its embedding" if not subject.facts.get("takes_features") else
                         "each position in turn: other random features",

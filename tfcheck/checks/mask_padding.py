@@ -11,7 +11,6 @@ unpadded (right-padding equivalence: positions are unchanged).
 """
 from __future__ import annotations
 
-import inspect
 
 import torch
 
@@ -19,6 +18,7 @@ from tfcheck import flow, leakmap
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
+from tfcheck.subject import forward_params
 
 ID = "mask.padding"
 LENGTH = 10
@@ -174,20 +174,13 @@ def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
 def _inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
     args, kwargs = subject.inputs_for(primary, target, keep=keep)
     mask = subject.fact("mask")
-    params = _forward_params(subject.model)
+    params = forward_params(subject.model)
     if mask.argument == "src_key_padding_mask" and "memory_key_padding_mask" in params \
             and "memory_key_padding_mask" not in kwargs:
         # torch.nn.Transformer documents both: the source padding is given to the encoder and, as
         # memory_key_padding_mask, to the decoder's cross-attention.
         kwargs["memory_key_padding_mask"] = subject.mask_value(keep)
     return args, kwargs
-
-
-def _forward_params(model) -> dict:
-    try:
-        return dict(inspect.signature(model.forward).parameters)
-    except (TypeError, ValueError):
-        return {}
 
 
 def _right_padding_equivalence(ctx, base, keep, target, padded_out) -> float | None:
