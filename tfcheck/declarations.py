@@ -129,6 +129,12 @@ def _float_positive(v: Any) -> float:
     return x
 
 
+def _device(v: Any) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", v):
+        raise ValueError("expected cpu, cuda, cuda:N or mps")
+    return v
+
+
 def _precision(v: Any) -> str:
     if v not in PRECISIONS:
         raise ValueError(f"expected one of {', '.join(PRECISIONS)}")
@@ -181,6 +187,14 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "The precision the model trains in; fp16 / bf16 also opt in to a run under autocast.", _precision),
     Key("train_steps", "INT", "The step budget of the training checks (overfitting one batch and the like).",
         _positive_int),
+    # Run settings: how tfcheck probes, not what the model is; per model like the rest.
+    Key("probe_len", "INT",
+        "Sequence length of the information-flow probes (default 7; capped at max_len).", _positive_int),
+    Key("budget_s", "SECONDS",
+        "Wall-clock budget of each check (default 120); a check over it stops between two operations "
+        "and is reported as blocked.", _float_positive),
+    Key("device", "cpu | cuda | cuda:N | mps",
+        "Where the battery runs; the model is moved there for the run and moved back afterwards.", _device),
 ]}
 
 
