@@ -152,6 +152,20 @@ def test_cost_is_a_constant_number_of_batched_passes():
     assert (padding.forward, padding.token_passes) == (2, 9 * 10 + 6)  # 3 groups of 3 samples; 1 unpadded
 
 
+@pytest.mark.parametrize("probe_len", [32, 64])
+def test_long_probes_keep_a_constant_batch_and_still_catch_leaks(probe_len):
+    declared = {"probe_len": probe_len, "kwargs": {"max_len": 64}}
+    causal = result("reference_model:TransformerLM", CAUSAL, **declared)
+    assert causal.status is Status.PASS, str(causal.findings)
+    short = (probe_len * 9 + 8) // 16  # the default lengths 9 and 16 scaled so the longer is probe_len
+    assert causal.cost.forward == 2 and causal.cost.token_passes == 17 * (short + probe_len)  # 16 positions + base
+    for variant, pattern in [(broken.CausalMaskOffByOne, "diagonal off by one"),
+                             (broken.LMWithoutCausalMask, "no mask at all"), (broken.CausalMaskInverted, "inverted")]:
+        finding = result(variant, CAUSAL, **declared).findings[0]
+        assert finding.status is Status.FAIL and finding.evidence["pattern"] == pattern, finding.message
+        assert len(finding.evidence["leak_map_data"]["columns"]) == 16  # the map shows the perturbed positions
+
+
 def test_leak_map_text_rich_json_and_image(tmp_path):
     finding = result(broken.CausalMaskOffByOne, CAUSAL).findings[0]
     lines = finding.evidence["leak_map"].splitlines()

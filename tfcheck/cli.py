@@ -139,7 +139,7 @@ def _trace(args) -> int:
             subject = load_subject(args.spec, cli)
     else:
         subject = load_subject(args.spec, cli)
-    inputs, kwargs = subject.make_inputs(3, min(7, subject.probe_lengths()[-1]))
+    inputs, kwargs = subject.make_inputs(3, subject.probe_length())
     trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, **kwargs)
     sys.stdout.write(to_string(trace, width=_width(), color=sys.stdout.isatty()))
     if args.json:

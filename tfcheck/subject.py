@@ -86,8 +86,26 @@ class Subject:
 
     def probe_lengths(self) -> tuple[int, ...]:
         """Lengths that shape checks visit: 1, the default probe, and the capped maximum."""
-        cap = min(self.fact("max_len") or PROBE_LENGTH_CAP, PROBE_LENGTH_CAP)
-        return tuple(sorted({1, min(PROBE_LENGTH, cap), cap}))
+        return tuple(sorted({1, self.probe_length(), self.length_cap()}))
+
+    def length_cap(self) -> int:
+        """The longest probe: max_len, but never over PROBE_LENGTH_CAP unless probe_len asks for more."""
+        cap = max(PROBE_LENGTH_CAP, self.fact("probe_len") or 0)
+        return min(self.fact("max_len") or cap, cap)
+
+    def probe_length(self, default: int = PROBE_LENGTH) -> int:
+        """A check's probe length: its default, or the declared probe_len; capped (see ``length_cap``)."""
+        return self.scaled_lengths(default)[0]
+
+    def scaled_lengths(self, *defaults: int) -> tuple[int, ...]:
+        """A check's probe lengths: its defaults, or scaled so that the longest is the declared probe_len
+        (ratios kept, so lengths a check keeps distinct stay distinct); each capped (see ``length_cap``)."""
+        probe_len = self.fact("probe_len")
+        if probe_len is not None:
+            longest = max(defaults)
+            defaults = tuple(max(1, round(n * probe_len / longest)) for n in defaults)
+        cap = self.length_cap()
+        return tuple(min(n, cap) for n in defaults)
 
     # ----- inputs and outputs --------------------------------------------------------------------
     def make_inputs(self, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:

@@ -142,7 +142,7 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         subject = load_subject(model) if device != "meta" or isinstance(model, nn.Module) else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
-        example_args, example_kwargs = subject.make_inputs(3, min(7, subject.probe_lengths()[-1]))
+        example_args, example_kwargs = subject.make_inputs(3, subject.probe_length())
     if device == "meta":
         return _trace_meta(model, example_args, example_kwargs)
     if device is not None:

@@ -96,9 +96,9 @@ def _keep_first(problems: dict[str, Finding], finding: Finding | None) -> None:
 
 
 def _lengths(subject) -> tuple[int, ...] | None:
-    cap = subject.probe_lengths()[-1]
-    chosen = tuple(n for n in LENGTHS if n <= cap)
+    chosen = tuple(sorted(set(subject.scaled_lengths(*LENGTHS))))
     if len(chosen) < 2:
+        cap = subject.length_cap()
         chosen = tuple(n for n in (cap - 1, cap) if n >= 3)
     return chosen if len(chosen) == 2 else None
 

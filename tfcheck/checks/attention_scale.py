@@ -47,7 +47,7 @@ def attention_scale(ctx) -> list[Finding]:
     collector = SiteCollector(subject.model)
     from tfcheck.trace import visible_attention
 
-    args, kwargs = subject.make_inputs(BATCH, LENGTH, seed=11)
+    args, kwargs = subject.make_inputs(BATCH, subject.probe_length(LENGTH), seed=11)
     with visible_attention():
         _, recording = ctx.record(args, kwargs, "a recorded forward to read the attention logits", on_op=collector)
     sites = collector.sites(recording)

@@ -24,7 +24,7 @@ def softmax_axis(ctx) -> list[Finding]:
     """One recorded forward: the softmax of every explicit attention runs over the key axis and its rows
     sum to 1 over the keys."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(2, 7, seed=12)
+    args, kwargs = subject.make_inputs(2, subject.probe_length(), seed=12)
     _, sites = record_sites(ctx, args, kwargs, "a recorded forward to read the attention softmax")
     if not sites:
         return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "

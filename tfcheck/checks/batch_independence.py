@@ -17,7 +17,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import Judgement, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 
 ID = "batch.independence"
 ROW = "sample-depends-on-batch"
@@ -33,7 +33,7 @@ def batch_independence(ctx) -> list[Finding]:
     """Compare sample 0 with its neighbours replaced, and samples 2 and 1 in a batch of two in reverse order,
     with the standard probe of batch 3: 3 passes (the probe usually reused), 2 more to localise a failure."""
     subject = ctx.subject
-    length = min(PROBE_LENGTH, subject.probe_lengths()[-1])
+    length = subject.probe_length()
     base = ctx.forward(PROBE_BATCH, length)
     other = subject.make_inputs(PROBE_BATCH, length, seed=1)
     sources = [(base.args, base.kwargs), other]

@@ -24,7 +24,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import Judgement, replace_tokens, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
+from tfcheck.subject import TARGET_LENGTH_DELTA
 
 ID = "cross.dependence"
 ROW_SOURCE = "cross-attention-ignores-source"
@@ -39,8 +39,8 @@ def cross_dependence(ctx) -> list[Finding]:
     """One hooked pass of batch 5 attributes the source dependence to each cross-attention; one pass of
     batch 5 (pad content changed, mask unchanged) or three small ones (padded vs unpadded) test padding."""
     subject = ctx.subject
-    source_length = max(min(PROBE_LENGTH, subject.probe_lengths()[-1]), max(REAL_LENGTHS) + 1)
-    target_length = max(1, min(PROBE_LENGTH, subject.probe_lengths()[-1]) + TARGET_LENGTH_DELTA)
+    source_length = max(subject.probe_length(), max(REAL_LENGTHS) + 1)
+    target_length = max(1, subject.probe_length() + TARGET_LENGTH_DELTA)
     if source_length == target_length:
         target_length = max(1, source_length - 2)
     attribution, sites = _through_each_layer(ctx, source_length, target_length)

@@ -24,8 +24,11 @@ from tfcheck.subject import TARGET_LENGTH_DELTA, forward_params
 ID = "decode.cache"
 ROW = "kv-cache-decode-mismatch"
 CACHE_ARGS = ("past_key_values", "past_key_value", "past", "kv_cache", "cache", "layer_past")
-#: Decoded length: every step is one token, so the cost is linear in it; 6 steps show offset bugs.
+#: Decoded length: a prefill of all but the last DECODE_STEPS tokens, then one token per step.
 LENGTH = 6
+#: One-token steps after the prefill: a constant number of passes whatever the length; the second and
+#: third steps run with a cache that grew, which is where offset and append bugs show.
+DECODE_STEPS = 3
 #: Sample 1 is sample 0 with its first token changed: the positive control (later outputs must move).
 BATCH = 2
 
@@ -38,7 +41,7 @@ def _not_applicable(subject) -> str | None:
                 "meant to match a full forward")
     if subject.facts.get("inputs") is not None:
         return "the model's inputs come from a declared 'inputs' factory, so tfcheck cannot feed it one token at a time"
-    if min(LENGTH, subject.probe_lengths()[-1]) < 2:
+    if subject.probe_length(LENGTH) < 2:
         return "the model takes a single position (max_len)"
     return None
 
@@ -46,14 +49,14 @@ def _not_applicable(subject) -> str | None:
 @check(ID, "token-by-token decoding with the KV cache matches a full forward", rows=(ROW,),
        kinds=("decoder", "seq2seq", None), order=70, applies=_not_applicable)
 def decode_cache(ctx) -> list[Finding]:
-    """One full forward on a batch of 2 at length 6, then 6 forwards of one token each with the cache the
-    model returned; each step's output must equal the full forward's at that position, within rounding
-    relative to the output's scale. Sample 1 differs from sample 0 in its first token only, so the later
+    """One full forward on a batch of 2 at length 6, then a prefill of the first 3 tokens and 3 forwards of
+    one token each with the cache the model returned; every position's output must equal the full
+    forward's, within rounding relative to the output's scale. Sample 1 differs from sample 0 in its first token only, so the later
     outputs must differ (positive control: the past reaches them)."""
     subject = ctx.subject
     params = forward_params(subject.model)
     cache_arg = next(n for n in CACHE_ARGS if n in params)
-    length = min(LENGTH, subject.probe_lengths()[-1])
+    length = subject.probe_length(LENGTH)
     source, target = _inputs(subject, length)
     full = ctx.run(*subject.inputs_for(source, target), f"a full forward at batch {BATCH}, length {length}")
     decoded = target if target is not None else source
@@ -101,21 +104,28 @@ def _inputs(subject, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     return (source, decoded) if seq2seq else (decoded, None)
 
 
+def _chunks(length: int) -> list[tuple[int, int]]:
+    """(start, end) of each decoding step: the prefill, then one token at a time."""
+    prefill = max(1, length - DECODE_STEPS)
+    return [(0, prefill)] + [(t, t + 1) for t in range(prefill, length)]
+
+
 def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
-    """Feed the decoded stream one token at a time, each step with the cache the previous one returned:
-    (per-step outputs, ops that look like a cache bug) or a finding when the protocol does not fit."""
+    """Prefill, then feed the decoded stream one token at a time, each step with the cache the previous one
+    returned: (per-position outputs, ops that look like a cache bug) or a finding when the protocol does not fit."""
     decoded = target if target is not None else source
-    length = decoded.shape[1]
+    chunks = _chunks(decoded.shape[1])
     cache, outputs, suspects = None, [], []
-    # each step reads one new token per sample (and a seq2seq model its whole source again)
-    step_tokens = decoded.shape[0] * (1 + (source.shape[1] if target is not None else 0))
-    for t in range(length):
-        step = decoded[:, t:t + 1]
+    for t, (start, end) in enumerate(chunks):
+        step = decoded[:, start:end]
         args, kwargs = subject.inputs_for(source, step) if target is not None else subject.inputs_for(step)
         kwargs = {**kwargs, cache_arg: cache}
         if use_cache:
             kwargs["use_cache"] = True
-        what = f"decoding step {t + 1} of {length} (one token, {cache_arg}={'the returned cache' if t else 'None'})"
+        # each step reads its new tokens per sample (and a seq2seq model its whole source again)
+        step_tokens = decoded.shape[0] * (end - start + (source.shape[1] if target is not None else 0))
+        what = (f"decoding step {t + 1} of {len(chunks)} ({'a prefill of ' if t == 0 else ''}{end - start} "
+                f"token{'s' if end - start > 1 else ''}, {cache_arg}={'the returned cache' if t else 'None'})")
         try:
             raw, recording = _step(ctx, args, kwargs, what, tokens=step_tokens, record=t == 1)
         except ModelRaised as raised:
@@ -124,12 +134,12 @@ def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
             suspects = _top_left_causal(recording)
         out = _step_output(subject, raw)
         cache = _returned_cache(raw, cache_arg)
-        if out is None or out.dim() < 2 or out.shape[1] < 1:
+        if out is None or out.dim() < 2 or out.shape[1] < end - start:
             return _skip(f"inconclusive: {what} returned no per-position output tfcheck could read")
         if cache is None:
             return _skip(f"inconclusive: the model returned no cache at {what}: tfcheck looks for .past_key_values "
                          "(or the key) on the output, or the last element of a returned tuple")
-        outputs.append(out[:, -1:].detach())
+        outputs.append(out[:, out.shape[1] - (end - start):].detach())
     return torch.cat(outputs, dim=1), suspects
 
 
@@ -202,24 +212,27 @@ def _top_left_causal(recording) -> list[dict]:
 
 def _judge(subject, reference, outputs, suspects, tol, control, cache_arg, length) -> Finding:
     diff = change_per_position(reference, outputs)  # (batch, length)
-    per_step = [float(d) for d in diff.amax(0)]
-    evidence = {"largest_difference_per_step": per_step, "tolerance": tol, "positive_control_change": control,
-                "steps": length, "batch": BATCH, "cache_argument": cache_arg,
-                "token_passes": f"{BATCH * length} (full forward) + {length} steps x {BATCH} x 1 token"}
-    if max(per_step) <= tol:
-        return Finding(ID, Status.PASS, f"{length} decoding steps with {cache_arg} match the full forward "
-                       f"(largest difference {max(per_step):.3g} <= tolerance {tol:.3g})", Location(module=""), evidence)
-    first = next(i for i, d in enumerate(per_step) if d > tol)
+    per_position = [float(d) for d in diff.amax(0)]
+    chunks = _chunks(length)
+    prefill, steps = chunks[0][1], len(chunks) - 1
+    evidence = {"largest_difference_per_position": per_position, "tolerance": tol, "positive_control_change": control,
+                "length": length, "prefill": prefill, "steps": steps, "batch": BATCH, "cache_argument": cache_arg}
+    if max(per_position) <= tol:
+        return Finding(ID, Status.PASS, f"a prefill of {prefill} and {steps} one-token decoding steps with {cache_arg} "
+                       f"match the full forward (largest difference {max(per_position):.3g} <= tolerance {tol:.3g})",
+                       Location(module=""), evidence)
+    first = next(i for i, d in enumerate(per_position) if d > tol)
     where, named = Location(module=""), ""
     if suspects:
         s = suspects[0]
         where = Location(module=s["module"], file=s["file"], line=s["line"])
-        named = (f" At step 2, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran with is_causal=True on "
+        named = (f" At the first one-token step, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran with is_causal=True on "
                  f"{s['query'][-2]} queries and {s['key'][-2]} keys: is_causal aligns the mask top-left, so the new "
                  "query sees only the first keys. With a cache pass a bottom-right aligned attn_mask instead.")
         evidence["top_left_is_causal"] = suspects
-    message = (f"decoding token by token with {cache_arg} differs from the full forward from step {first + 1} of "
-               f"{length} on (largest difference {max(per_step):.3g}, tolerance {tol:.3g}): training looks fine, "
+    stage = "in the prefill (no cache yet)" if first < prefill else f"at one-token step {first - prefill + 1} of {steps}"
+    message = (f"decoding token by token with {cache_arg} differs from the full forward from position {first} on, "
+               f"{stage} (largest difference {max(per_position):.3g}, tolerance {tol:.3g}): training looks fine, "
                "generation is wrong." + named +
                ("" if named else " Check that new positions continue after the cached ones (rotary / positional "
                 "offset = past length), that the cache is appended to, not replaced, and that the causal mask is "

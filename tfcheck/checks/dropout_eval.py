@@ -8,7 +8,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import change_per_position, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 from tfcheck.training import train_mode
 
 ID = "dropout.eval"
@@ -24,7 +24,7 @@ def dropout_eval(ctx) -> list[Finding]:
     random op ran. Train mode (set on every module and restored after, buffers too): when the model holds
     dropout with p > 0, two forwards must differ. Cost: 2 forwards, 2 more for a model with dropout."""
     subject = ctx.subject
-    length = min(PROBE_LENGTH, subject.probe_lengths()[-1])
+    length = subject.probe_length()
     # Two fresh forwards, not the memoised probe: every check starts from the same random state, so a probe
     # another check ran would have drawn the same dropout mask as this check's first forward.
     args, kwargs = subject.make_inputs(PROBE_BATCH, length)

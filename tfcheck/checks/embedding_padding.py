@@ -10,7 +10,6 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import change_per_position, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_LENGTH
 
 ID = "embedding.padding"
 #: Pads at the end of the probe (right padding, the usual training layout).
@@ -46,7 +45,7 @@ def embedding_padding(ctx) -> list[Finding]:
     if all(s["padding_idx_matches"] and s["pad_row_norm"] == 0 for s in states.values()):
         return [Finding(ID, Status.PASS, f"the pad embedding (id {pad}) is zero and gets no gradient in "
                         f"{', '.join(repr(n) for n in states)} (padding_idx={pad})", Location(tables[0][0]), evidence)]
-    length = min(PROBE_LENGTH, subject.probe_lengths()[-1])
+    length = subject.probe_length()
     if length <= PADS + 1:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={length} leaves no room for padding",
                         evidence=evidence)]

@@ -104,7 +104,7 @@ def embedding_scale(ctx) -> list[Finding]:
     """One recorded forward: where a sin/cos buffer is added to embedded tokens, the RMS ratio of the two
     must be within a factor of 3."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(2, 8, seed=15)
+    args, kwargs = subject.make_inputs(2, subject.probe_length(8), seed=15)
     observer = _Observer(subject.model)
     with Recorder(subject.model, aten=False, on_op=observer):
         ctx.run(args, kwargs, "a recorded forward reading the embedding and position signals")

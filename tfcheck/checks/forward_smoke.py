@@ -8,7 +8,7 @@ from tfcheck.context import ModelRaised
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH, TARGET_LENGTH_DELTA
+from tfcheck.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
 
 ID = "forward.smoke"
 
@@ -19,7 +19,7 @@ def forward_smoke(ctx) -> list[Finding]:
     """Call the model once on inputs of batch 3 and length 7 (distinct, so no axis can pass for another)
     and select its output tensor. A model that raises fails with the innermost module, the shapes it
     received and the troubleshooting row of the error message."""
-    length = min(PROBE_LENGTH, ctx.subject.probe_lengths()[-1])
+    length = ctx.subject.probe_length()
     try:
         probe = ctx.forward(PROBE_BATCH, length)
     except ModelRaised as raised:

@@ -23,6 +23,9 @@ from tfcheck.status import Status
 ID = "mask.causal"
 #: Lengths of the verdict; the leak map shown is the longest (at most 16, so it stays readable).
 LENGTHS = (9, 16)
+#: Positions perturbed per length: all of them up to this many, else this many spread from first to last,
+#: so the batch (and the cost per token) stays constant however long the probe (``probe_len``).
+MAX_PERTURBED = 16
 ROWS = ("inference-worse-than-training", "causal-mask-misaligned", "causal-mask-ineffective",
         "sequence-statistics-leak", "causal-leak")
 
@@ -117,26 +120,36 @@ def _not_applicable(subject) -> str | None:
 
 
 def _lengths(subject) -> tuple[int, ...]:
-    cap = subject.fact("max_len") or 64
-    return tuple(sorted({min(n, cap) for n in LENGTHS if min(n, cap) >= 3}))
+    return tuple(sorted({n for n in subject.scaled_lengths(*LENGTHS) if n >= 3}))
+
+
+def perturbed_positions(n: int) -> list[int]:
+    """The positions changed one at a time: every one, or MAX_PERTURBED spread evenly (first and last
+    included) when the sequence is longer; each leak into the position just before one is still seen."""
+    if n <= MAX_PERTURBED:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (MAX_PERTURBED - 1)) for i in range(MAX_PERTURBED)})
 
 
 # ----- the measurement ------------------------------------------------------------------------------
 
 def _perturbed_sequence(ctx, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n + 1, n) sequences: row 0 random, row k + 1 with position k replaced; and where it was replaced."""
+    """(rows, n) sequences: row 0 random, row j + 1 with the j-th perturbed position replaced; and where
+    it was replaced."""
     subject = ctx.subject
     gen = torch.Generator().manual_seed(seed)
-    where = torch.zeros(n + 1, n, dtype=torch.bool)
-    where[torch.arange(1, n + 1), torch.arange(n)] = True
+    positions = perturbed_positions(n)
+    rows = len(positions) + 1
+    where = torch.zeros(rows, n, dtype=torch.bool)
+    where[torch.arange(1, rows), torch.tensor(positions)] = True
     where = where.to(subject.device)
     if subject.facts.get("takes_features"):
         d = subject.fact("d_model")
         base = torch.randn(1, n, d, generator=gen).to(subject.device)
-        other = torch.randn(n + 1, n, d, generator=gen).to(subject.device)
-        return torch.where(where[..., None], other, base.expand(n + 1, n, d)), where
+        other = torch.randn(rows, n, d, generator=gen).to(subject.device)
+        return torch.where(where[..., None], other, base.expand(rows, n, d)), where
     base = subject.random_tokens(1, n, gen)
-    return flow.replace_tokens(subject, base.expand(n + 1, n).clone(), where, seed), where
+    return flow.replace_tokens(subject, base.expand(rows, n).clone(), where, seed), where
 
 
 def _inputs(subject, sequence: torch.Tensor, seed: int) -> tuple[tuple, dict]:
@@ -167,11 +180,13 @@ def _takes_torch_tgt_mask(subject) -> bool:
 
 
 def _dependence(outputs: torch.Tensor, n: int) -> torch.Tensor:
-    """(n, n) map from (n + 1, n, ...) outputs: [q, k] = change of position q when position k changed;
-    NaN in the rows of positions whose unperturbed output is not finite (nothing can be measured there)."""
-    change = flow.change_per_position(outputs[:1].expand_as(outputs), outputs)  # (n + 1, n)
-    dep = change[1:].T.contiguous()
-    finite = torch.isfinite(outputs[0].detach()).reshape(n, -1).all(-1)
+    """(n, n) map from (rows, n, ...) outputs: [q, k] = change of position q when position k changed;
+    NaN in the columns of positions not perturbed and in the rows of positions whose unperturbed output
+    is not finite (nothing can be measured there)."""
+    change = flow.change_per_position(outputs[:1].expand_as(outputs), outputs)  # (rows, n)
+    dep = torch.full((n, n), float("nan"))
+    dep[:, perturbed_positions(n)] = change[1:].T.float().cpu()
+    finite = torch.isfinite(outputs[0].detach()).reshape(n, -1).all(-1).cpu()
     dep[~finite] = float("nan")
     return dep
 
@@ -188,14 +203,15 @@ def _tolerance(reference: torch.Tensor) -> float:
 def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     subject = ctx.subject
     sequence, where = _perturbed_sequence(ctx, n, seed)
+    rows = sequence.shape[0]
     args, kwargs = _inputs(subject, sequence, seed)
-    with leakmap.captured_layers(subject.model, n + 1) as layers, \
+    with leakmap.captured_layers(subject.model, rows) as layers, \
             leakmap.perturbed_embedding(subject.model, sequence, where, seed):
-        probe = ctx.run(args, kwargs, f"{n + 1} perturbed copies of a length-{n} sequence")
+        probe = ctx.run(args, kwargs, f"a length-{n} sequence and {rows - 1} copies with one position changed")
     out = probe.output
-    if out.dim() < 2 or tuple(out.shape[:2]) != (n + 1, n):
+    if out.dim() < 2 or tuple(out.shape[:2]) != (rows, n):
         return Finding(ID, Status.SKIP, f"inconclusive: the output has shape {tuple(out.shape)}, not one entry per "
-                       f"position (batch {n + 1}, length {n}), so dependence on later positions cannot be read",
+                       f"position (batch {rows}, length {n}), so dependence on later positions cannot be read",
                        evidence={"output_shape": tuple(out.shape)})
     forbidden = torch.ones(n, n, dtype=torch.bool).triu(1)
     past = torch.ones(n, n, dtype=torch.bool).tril(-1)
@@ -204,7 +220,7 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     m = Measurement(n, dep, tol, flow.Judgement(_largest(dep, forbidden), tol, _largest(dep, past)))
     m.non_finite_positions = [int(q) for q in dep[:, 0].isnan().nonzero().flatten()]
     for path, value in layers:
-        if tuple(value.shape[:2]) != (n + 1, n):
+        if tuple(value.shape[:2]) != (rows, n):
             continue  # an encoder layer (source length), or a layer laid out otherwise
         layer_dep = _dependence(value, n)
         layer_tol = _tolerance(value[0])
@@ -339,11 +355,14 @@ def _pattern(ctx, m: Measurement) -> tuple[str, tuple | None]:
 # ----- findings -------------------------------------------------------------------------------------
 
 def _leak_map(m: Measurement) -> leakmap.LeakMap:
+    """The map over the perturbed positions (columns) and the outputs at them and just before them (rows)."""
     n = m.length
-    roles = [["forbidden" if k > q else "allowed" for k in range(n)] for q in range(n)]
+    columns = perturbed_positions(n)
+    rows = sorted({q for k in columns for q in (k - 1, k) if q >= 0}) if n > MAX_PERTURBED else list(range(n))
+    roles = [["forbidden" if k > q else "allowed" for k in columns] for q in rows]
+    values = m.output_map[rows][:, columns].tolist()
     return leakmap.LeakMap("causal", f"output position (row) x perturbed position (column), length {n}",
-                           [f"q{q}" for q in range(n)], [f"k{k}" for k in range(n)], m.output_map.tolist(), roles,
-                           m.tolerance)
+                           [f"q{q}" for q in rows], [f"k{k}" for k in columns], values, roles, m.tolerance)
 
 
 def _evidence(subject, measures: list[Measurement]) -> dict:
@@ -359,6 +378,7 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
         "perturbation": "each position in turn: another token id, plus a random vector of the embedding's "
                         "scale added to its embedding" if not subject.facts.get("takes_features") else
                         "each position in turn: other random features",
+        "perturbed_positions": f"all up to length {MAX_PERTURBED}, else {MAX_PERTURBED} spread from first to last",
         "assumptions": notes,
     }
 
@@ -389,9 +409,11 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
                   "changes there.")
     if op is not None:
         where += f" The op: {op[3]}" + (f" at {op[1]}:{op[2]}" if op[1] else "") + "."
+    measured = _forbidden(m.length) & ~m.output_map.isnan()
+    leaks = int((measured & (m.output_map > m.tolerance)).sum())
     message = (f"causal leak ({pattern}): {meaning}. At length {m.length} output position {q} changed by "
-               f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {lm.leaks} of "
-               f"{m.length * (m.length - 1) // 2} (query, later key) pairs leak.{where}")
+               f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {leaks} of "
+               f"{int(measured.sum())} (query, later key) pairs measured leak.{where}")
     evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern, "first_leaking_layer": m.first_layer,
                 "layers": m.layers, "largest_leak_at": {"query": q, "key": k}, **leakmap.evidence_of(lm)}
     if op is not None:

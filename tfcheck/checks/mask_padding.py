@@ -59,7 +59,7 @@ def mask_padding(ctx) -> list[Finding]:
     if mode.startswith("not applicable") or mode.startswith("inconclusive"):
         return [Finding(ID, Status.SKIP, mode, evidence={"mask": str(subject.fact("mask")),
                                                          "pad_id": subject.fact("pad_id")})]
-    n = min(LENGTH, subject.fact("max_len") or LENGTH)
+    n = subject.probe_length(LENGTH)
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
                         "differently (8 positions needed)", evidence={"max_len": n})]

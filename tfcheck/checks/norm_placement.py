@@ -14,7 +14,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.recorder import Recorder, Recording
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 from tfcheck.training import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
 
 ID = "norm.placement"
@@ -41,7 +41,7 @@ def norm_placement(ctx) -> list[Finding]:
     of the sublayer (Pre-LN). A Post-LN model's declared schedule is stepped (no model pass): if its first
     rate is already at least half its peak, it has no warmup, which Post-LN needs."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
+    args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
     graph = Dataflow(_record(ctx, args, kwargs))
     norms = _norms(graph.rec)
     if not norms:

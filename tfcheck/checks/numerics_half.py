@@ -17,6 +17,7 @@ from tfcheck.numerics import FillRecorder, NonFiniteTracker
 from tfcheck.recorder import Recorder
 from tfcheck.registry import check
 from tfcheck.status import Status
+from tfcheck.subject import TARGET_LENGTH_DELTA
 
 ID = "numerics.half"
 ROW = "mask-fill-overflows-half"
@@ -64,14 +65,15 @@ def numerics_half(ctx) -> list[Finding]:
 def _inputs(subject):
     """A padded batch where the model can be padded, so the masking code runs; else the plain probe."""
     mask = subject.fact("mask")
-    args, kwargs = subject.make_inputs(2, 6, seed=14)
+    length = subject.probe_length(6)
+    args, kwargs = subject.make_inputs(2, length, seed=14)
     if subject.facts.get("inputs") is not None or subject.kind == "attention" or mask is None:
         return args, kwargs
     gen = torch.Generator().manual_seed(14)
-    tokens = subject.random_primary(2, 6, gen)
-    keep = torch.ones(2, 6, dtype=torch.bool, device=tokens.device)
-    keep[1, 3:] = False
-    target = subject.random_primary(2, 4, gen) if any(r.startswith("target") for _, r in subject.facts["call_plan"]) \
+    tokens = subject.random_primary(2, length, gen)
+    keep = torch.ones(2, length, dtype=torch.bool, device=tokens.device)
+    keep[1, length // 2:] = False
+    target = subject.random_primary(2, max(1, length + TARGET_LENGTH_DELTA), gen) if any(r.startswith("target") for _, r in subject.facts["call_plan"]) \
         else None
     if mask.argument is not None:
         return subject.inputs_for(tokens, target, keep=keep)

@@ -16,6 +16,7 @@ from tfcheck.numerics import NonFiniteTracker, Producer
 from tfcheck.recorder import Recorder
 from tfcheck.registry import check
 from tfcheck.status import Status
+from tfcheck.subject import TARGET_LENGTH_DELTA
 
 ID = "numerics.nan_source"
 ROW = "nan-from-masked-row"
@@ -58,7 +59,7 @@ def nan_source(ctx) -> list[Finding]:
                   for i in range(out.shape[0])]
     bad_grads = [name for (name, p), g in zip(_named(subject.model, params), grads)
                  if g is not None and not bool(torch.isfinite(g).all())]
-    evidence = {"batch": ["full", "half padded", "fully padded"], "length": LENGTH,
+    evidence = {"batch": ["full", "half padded", "fully padded"], "length": probe.length,
                 "non_finite_output_per_sample": per_sample, "parameters_with_non_finite_gradient": bad_grads[:8],
                 "gradients_checked": sum(g is not None for g in grads), "ops_watched": tracker.ops,
                 "padding_built_by": _how_padded(subject),
@@ -93,13 +94,14 @@ def nan_source(ctx) -> list[Finding]:
 
 def _padded_batch(subject):
     gen = torch.Generator().manual_seed(13)
-    tokens = subject.random_primary(3, LENGTH, gen)
-    keep = torch.ones(3, LENGTH, dtype=torch.bool, device=tokens.device)
-    keep[1, LENGTH // 2:] = False
+    length = subject.probe_length(LENGTH)
+    tokens = subject.random_primary(3, length, gen)
+    keep = torch.ones(3, length, dtype=torch.bool, device=tokens.device)
+    keep[1, length // 2:] = False
     keep[2] = False
     target = None
     if any(role.startswith("target") for _, role in subject.facts["call_plan"]):
-        target = subject.random_primary(3, LENGTH - 2, gen)
+        target = subject.random_primary(3, max(1, length + TARGET_LENGTH_DELTA), gen)
     mask = subject.fact("mask")
     if mask.argument is None:  # the model masks its pad ids itself
         tokens = tokens.masked_fill(~keep, subject.fact("pad_id"))
@@ -107,7 +109,7 @@ def _padded_batch(subject):
     else:
         args, kwargs = subject.inputs_for(tokens, target, keep=keep)
     # A seq2seq output runs over the (unpadded) target: every target position is real.
-    return args, kwargs, keep if target is None else torch.ones(3, LENGTH - 2, dtype=torch.bool)
+    return args, kwargs, keep if target is None else torch.ones(3, target.shape[1], dtype=torch.bool)
 
 
 def _how_padded(subject) -> str:

@@ -20,7 +20,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.flow import ROUNDING, tolerance
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
+from tfcheck.subject import TARGET_LENGTH_DELTA
 
 ID = "position.sensitivity"
 ROW_NONE = "no-position-signal"
@@ -35,7 +35,7 @@ FEATURES_NOTE = ("the model takes features, so positions are the caller's to add
 def _applies(subject) -> str | None:
     if subject.facts.get("takes_features"):
         return FEATURES_NOTE
-    if min(PROBE_LENGTH, subject.probe_lengths()[-1]) < 3:
+    if subject.probe_length() < 3:
         return "the model's max_len leaves no room to permute positions"
     return None
 
@@ -48,7 +48,7 @@ def position_sensitivity(ctx) -> list[Finding]:
     pass of batch 3 (a repeated token twice, random tokens as the positive control) whose first attention
     scores are read. Seq2seq: both, on the source and on the target."""
     subject = ctx.subject
-    length = min(PROBE_LENGTH, subject.probe_lengths()[-1])
+    length = subject.probe_length()
     if length < 3:
         return [Finding(ID, Status.SKIP, f"not applicable: the model's max_len ({length}) leaves no room "
                         "to permute positions")]

@@ -12,7 +12,7 @@ from tfcheck.findings import Finding, Location
 from tfcheck.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 
 ID = "shape.residual"
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
@@ -38,7 +38,7 @@ def shape_residual(ctx) -> list[Finding]:
     attention (a softmax or fused attention op) and each feed-forward (a Linear widening d -> d_ff followed
     by one narrowing back) must feed a residual add whose other operand predates it."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
+    args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
     recording = _record(ctx, args, kwargs)
     graph = Dataflow(recording)
     residuals = graph.residuals()

@@ -16,7 +16,7 @@ import torch
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 from tfcheck.training import random_projection_loss
 
 ID = "train.grad_flow"
@@ -37,7 +37,7 @@ def train_grad_flow(ctx) -> list[Finding]:
     named = list(subject.model.named_parameters())
     trainable = [(n, p) for n, p in named if p.requires_grad]
     frozen = [n for n, p in named if not p.requires_grad]
-    args, kwargs = subject.make_inputs(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
+    args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
     with _call_order(subject.model) as order:
         probe = ctx.run(args, kwargs, "a forward with the graph kept, for one backward", grad=True)
     loss, outputs = random_projection_loss(probe.raw)

@@ -14,7 +14,7 @@ import torch.nn as nn
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH, PROBE_LENGTH
+from tfcheck.subject import PROBE_BATCH
 from tfcheck.training import lm_logits
 
 ID = "train.loss_at_init"
@@ -43,7 +43,7 @@ def train_loss_at_init(ctx) -> list[Finding]:
     the expected cross-entropy against uniformly random targets, mean over positions of -mean_v log p_v.
     Far above ln(vocab_size) is a warning: the logits are large at initialisation."""
     subject = ctx.subject
-    probe = ctx.forward(PROBE_BATCH, min(PROBE_LENGTH, subject.probe_lengths()[-1]))
+    probe = ctx.forward(PROBE_BATCH, subject.probe_length())
     out = probe.output
     is_logits, why = lm_logits(subject, out)
     if not is_logits:
