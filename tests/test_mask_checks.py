@@ -147,7 +147,7 @@ def test_no_positive_control_is_inconclusive_never_a_pass():
 
 def test_cost_is_a_constant_number_of_batched_passes():
     causal = result("reference_model:TransformerLM", CAUSAL).cost
-    assert (causal.forward, causal.token_passes) == (2, 10 * 9 + 17 * 16)  # lengths 9 and 16, n + 1 rows each
+    assert (causal.forward, causal.token_passes) == (2, 9 * 9 + 9 * 16)  # lengths 9 and 16: 8 positions + base
     padding = result("reference_model:TransformerLM", PADDING).cost
     assert (padding.forward, padding.token_passes) == (2, 9 * 10 + 6)  # 3 groups of 3 samples; 1 unpadded
 
@@ -158,18 +158,19 @@ def test_long_probes_keep_a_constant_batch_and_still_catch_leaks(probe_len):
     causal = result("reference_model:TransformerLM", CAUSAL, **declared)
     assert causal.status is Status.PASS, str(causal.findings)
     short = (probe_len * 9 + 8) // 16  # the default lengths 9 and 16 scaled so the longer is probe_len
-    assert causal.cost.forward == 2 and causal.cost.token_passes == 17 * (short + probe_len)  # 16 positions + base
+    assert causal.cost.forward == 2 and causal.cost.token_passes == 9 * (short + probe_len)  # 8 positions + base
     for variant, pattern in [(broken.CausalMaskOffByOne, "diagonal off by one"),
                              (broken.LMWithoutCausalMask, "no mask at all"), (broken.CausalMaskInverted, "inverted")]:
         finding = result(variant, CAUSAL, **declared).findings[0]
         assert finding.status is Status.FAIL and finding.evidence["pattern"] == pattern, finding.message
-        assert len(finding.evidence["leak_map_data"]["columns"]) == 16  # the map shows the perturbed positions
+        assert len(finding.evidence["leak_map_data"]["columns"]) == 8  # the map shows the perturbed positions
 
 
 def test_leak_map_text_rich_json_and_image(tmp_path):
     finding = result(broken.CausalMaskOffByOne, CAUSAL).findings[0]
     lines = finding.evidence["leak_map"].splitlines()
-    assert lines[2].split()[1].startswith("oXX.")  # q0: itself allowed, the next ones leak (two layers)
+    assert lines[1].split() == ["111"] and lines[2].split() == ["02469135"]  # k0, k2, ..., k15 written downwards
+    assert lines[3].split()[1].startswith("oX.")  # q0: itself allowed, position 2 leaks (two layers), 4 not
     restored = leakmap.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
     assert restored.text() == finding.evidence["leak_map"]
     buf = io.StringIO()

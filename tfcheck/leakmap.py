@@ -49,11 +49,19 @@ class LeakMap:
         value = self.values[i][j]
         return "?" if value != value else GLYPHS[(self.roles[i][j], value > self.tolerance)]  # ? = NaN: not measured
 
+    def header(self) -> list[str]:
+        """Column indices, one digit per column: the last digit where the columns are every position in
+        order (0123456789012...), else the whole index written downwards, so that k15 never reads as k5."""
+        indices = [c.lstrip("kq") for c in self.column_labels]
+        if indices == [str(j) for j in range(len(indices))] or not all(i.isdigit() for i in indices):
+            return ["".join(c[-1] for c in self.column_labels)]
+        places = max(len(i) for i in indices)
+        return ["".join(i.rjust(places)[p] for i in indices) for p in range(places)]
+
     def text(self) -> str:
         """The map as lines of glyphs, a header of column indices, and the legend."""
         width = max(len(r) for r in self.row_labels)
-        header = " " * (width + 1) + "".join(c[-1] for c in self.column_labels)
-        lines = [self.title, header]
+        lines = [self.title, *(" " * (width + 1) + line for line in self.header())]
         for i, label in enumerate(self.row_labels):
             cells = "".join(self.glyph(i, j) for j in range(len(self.values[i])))
             lines.append(f"{label:>{width}} {cells}")
@@ -81,8 +89,8 @@ class LeakMap:
                  ("allowed", False): "dim", ("pad", True): "dim", ("pad", False): "dim"}
         table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 0))
         table.add_column("")
-        for c in self.column_labels:
-            table.add_column(c[-1], justify="center", no_wrap=True)
+        for column in zip(*self.header()):
+            table.add_column("\n".join(column), justify="center", no_wrap=True)
         for i, label in enumerate(self.row_labels):
             cells = [Text(self.glyph(i, j), style=style[(self.roles[i][j], self.values[i][j] > self.tolerance)])
                      for j in range(len(self.values[i]))]

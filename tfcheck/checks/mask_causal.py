@@ -25,7 +25,7 @@ ID = "mask.causal"
 LENGTHS = (9, 16)
 #: Positions perturbed per length: all of them up to this many, else this many spread from first to last,
 #: so the batch (and the cost per token) stays constant however long the probe (``probe_len``).
-MAX_PERTURBED = 16
+MAX_PERTURBED = 8
 ROWS = ("inference-worse-than-training", "causal-mask-misaligned", "causal-mask-ineffective",
         "sequence-statistics-leak", "causal-leak")
 
@@ -77,8 +77,9 @@ def _applies(subject) -> str | None:
 @check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
        order=40, applies=_applies)
 def mask_causal(ctx) -> list[Finding]:
-    """Perturb each position of a random sequence (token and embedding) in one batched pass at lengths 9
-    and 16, and require the outputs at earlier positions to stay within float rounding; perturbing the
+    """Perturb positions of a random sequence one at a time (token and embedding; 8 per length, spread
+    from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
+    positions to stay within float rounding; perturbing the
     past must change them (positive control). On a leak: the leak map, the largest change, the first layer
     that shows it and the named pattern."""
     subject = ctx.subject
@@ -378,7 +379,7 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
         "perturbation": "each position in turn: another token id, plus a random vector of the embedding's "
                         "scale added to its embedding" if not subject.facts.get("takes_features") else
                         "each position in turn: other random features",
-        "perturbed_positions": f"all up to length {MAX_PERTURBED}, else {MAX_PERTURBED} spread from first to last",
+        "perturbed_positions": {m.length: perturbed_positions(m.length) for m in measures},
         "assumptions": notes,
     }
 
