@@ -7,6 +7,7 @@ import pytest
 import torch.nn as nn
 
 import tfcheck
+from tfcheck import recorded_probe
 from reference_model import broken
 from tfcheck import Status
 from helpers import result
@@ -133,6 +134,23 @@ def test_reference_embedding_ratio_is_measured_near_one():
     assert 0.5 < finding.evidence["ratio"] < 2
 
 
-def test_each_check_costs_one_pass_on_the_reference_lm():
+def test_each_check_costs_one_pass_and_the_recording_checks_share_theirs():
     got = results("reference_model:TransformerLM")
-    assert {c: r.cost.forward for c, r in got.items()} == {c: 1 for c in CHECKS}
+    # attention.scale runs the shared recorded forward; softmax_axis and embedding.scale read it
+    assert {c: (r.cost.forward, r.cost.reused) for c, r in got.items()} == {
+        SCALE: (1, 0), AXIS: (0, 1), EMBED: (0, 1), NAN: (1, 0), HALF: (1, 0)}
+
+
+def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch):
+    from tfcheck.checks import embedding_scale
+
+    def broken_observer(model):
+        def on_op(event, args, kwargs, out):
+            raise RuntimeError("observer bug")
+        return on_op
+
+    monkeypatch.setitem(recorded_probe._OBSERVERS, EMBED, broken_observer)
+    got = results("reference_model:TransformerLM")
+    assert got[EMBED].status is Status.ERROR and "observer bug" in got[EMBED].findings[0].message
+    assert got[SCALE].status is Status.PASS and got[AXIS].status is Status.PASS
+    assert embedding_scale.ID == EMBED

@@ -19,9 +19,18 @@ FILLS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", 
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN and no Inf in a float tensor (see ``_nonfinite`` for why a sum decides it first)."""
+    return not any(_nonfinite(t))
+
+
 def _nonfinite(t: torch.Tensor) -> tuple[bool, bool]:
     """(has NaN, has ±Inf); integer and boolean tensors have neither."""
     if not (t.is_floating_point() or t.is_complex()) or t.is_nested or t.numel() == 0:
+        return False, False
+    # One reduction decides the common case: a sum is finite only if every element is (an overflowing
+    # sum falls through to the exact test). Checked on every op of a recorded backward, so it matters.
+    if bool(torch.isfinite(t.detach().sum())):
         return False, False
     return bool(torch.isnan(t).any()), bool(torch.isinf(t).any())
 

@@ -268,7 +268,10 @@ class Recorder:
         event.outputs = _metas(out)
         event.output_ids = self.ids(out)
         if self.on_op is not None:
-            self.on_op(event, args, kwargs, out)
+            # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
+            # the recording, the other modes and the observer itself.
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                self.on_op(event, args, kwargs, out)
 
     def observe(self, level: str, name: str, func, args: tuple, kwargs: dict) -> Any:
         """Run one op and record it; aten ops run inside a function-level call point back at it."""

@@ -16,20 +16,23 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcheck.attention_sites import AttentionSite, _Captured, SiteCollector, PROJECTIONS
+from tfcheck import recorded_probe
+from tfcheck.attention_sites import AttentionSite, _Captured, PROJECTIONS
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
+from tfcheck.subject import PROBE_BATCH
 
 ID = "attention.scale"
 ROW = "attention-scale-wrong"
 #: Relative deviation from the expected scale that still counts as right (float rounding is ~1e-6;
 #: the named wrong scales are a factor √heads ≥ √2 or more away).
 TOLERANCE = 0.02
+#: The shared recorded probe's batch: several samples, so a bias shared by all of them (position bias,
+#: causal mask) can be told apart from the scale.
+BATCH = PROBE_BATCH
 #: model_type values of the families that fold 1/√d_k into the initialisation of the query projection
 #: and run unscaled attention by design (Raffel et al. 2020, Mesh TensorFlow).
-#: The probe: two samples, so a bias shared by all samples (position bias, causal mask) can be told apart.
-BATCH, LENGTH = 2, 6
 UNSCALED_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano", "udop")
 
 
@@ -44,13 +47,8 @@ class Measured:
 def attention_scale(ctx) -> list[Finding]:
     """One recorded forward: at every attention site, the logits over q_proj·k_projᵀ must be 1/√d_k."""
     subject = ctx.subject
-    collector = SiteCollector(subject.model)
-    from tfcheck.trace import visible_attention
-
-    args, kwargs = subject.make_inputs(BATCH, subject.probe_length(LENGTH), seed=11)
-    with visible_attention():
-        _, recording = ctx.record(args, kwargs, "a recorded forward to read the attention logits", on_op=collector)
-    sites = collector.sites(recording)
+    recorded = recorded_probe.shared(ctx)
+    collector, sites = recorded.observed("attention sites"), recorded.attention_sites()
     if not sites:
         return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "
                         "product of two activations followed by softmax and a product with the values, "

@@ -8,7 +8,8 @@ sum to 0 under a safe softmax). ``F.scaled_dot_product_attention`` always normal
 from __future__ import annotations
 
 
-from tfcheck.attention_sites import AttentionSite, record_sites
+from tfcheck import recorded_probe
+from tfcheck.attention_sites import AttentionSite
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
@@ -23,9 +24,7 @@ SUM_TOLERANCE = 1e-3
 def softmax_axis(ctx) -> list[Finding]:
     """One recorded forward: the softmax of every explicit attention runs over the key axis and its rows
     sum to 1 over the keys."""
-    subject = ctx.subject
-    args, kwargs = subject.make_inputs(2, subject.probe_length(), seed=12)
-    _, sites = record_sites(ctx, args, kwargs, "a recorded forward to read the attention softmax")
+    sites = recorded_probe.shared(ctx).attention_sites()
     if not sites:
         return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "
                         "product of two activations followed by softmax and a product with the values, "

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from tfcheck import recorded_probe
 from tfcheck.findings import Finding, Location
 from tfcheck.numerics import ADDS
-from tfcheck.recorder import Recorder
 from tfcheck.registry import check
 from tfcheck.status import Status
 
@@ -44,6 +44,8 @@ class Addition:
 
 
 class _Observer:
+    """Embedding lookups and the sin/cos buffers added to them, during the shared recorded forward."""
+
     def __init__(self, model: nn.Module):
         self._buffers = {t.untyped_storage().data_ptr() for t in model.buffers()}
         self._params = {t.untyped_storage().data_ptr() for t in model.parameters()}
@@ -77,6 +79,9 @@ class _Observer:
                 return
 
 
+recorded_probe.observer(ID)(_Observer)
+
+
 def _rms(t: torch.Tensor) -> float:
     return float(t.detach().double().pow(2).mean().sqrt()) if t.numel() else 0.0
 
@@ -104,10 +109,7 @@ def embedding_scale(ctx) -> list[Finding]:
     """One recorded forward: where a sin/cos buffer is added to embedded tokens, the RMS ratio of the two
     must be within a factor of 3."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(2, subject.probe_length(8), seed=15)
-    observer = _Observer(subject.model)
-    with Recorder(subject.model, aten=False, on_op=observer):
-        ctx.run(args, kwargs, "a recorded forward reading the embedding and position signals")
+    observer = recorded_probe.shared(ctx).observed(ID)
     if not observer.additions:
         return [Finding(ID, Status.PASS, "no sinusoidal position table is added to token embeddings (learned, rotary "
                         "or relative positions): nothing to balance", Location(module=""),

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfcheck.checks.shape_residual import Dataflow
+from tfcheck import recorded_probe
 from tfcheck.findings import Finding, Location
-from tfcheck.recorder import Recorder, Recording
+from tfcheck.recorder import Recording
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH
 from tfcheck.training import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
 
 ID = "norm.placement"
@@ -41,8 +41,7 @@ def norm_placement(ctx) -> list[Finding]:
     of the sublayer (Pre-LN). A Post-LN model's declared schedule is stepped (no model pass): if its first
     rate is already at least half its peak, it has no warmup, which Post-LN needs."""
     subject = ctx.subject
-    args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
-    graph = Dataflow(_record(ctx, args, kwargs))
+    graph = Dataflow(recorded_probe.shared(ctx).recording)
     norms = _norms(graph.rec)
     if not norms:
         return [Finding(ID, Status.SKIP, "not applicable: no LayerNorm or RMSNorm op in the recorded forward",
@@ -62,15 +61,6 @@ def norm_placement(ctx) -> list[Finding]:
         return [Finding(ID, Status.PASS, f"Pre-LN: {len(pre)} norms in front of their sublayers "
                         f"({_few(pre)}); Pre-LN trains stably without warmup", where, evidence)]
     return [_post_ln(subject, placement, post, where, evidence)]
-
-
-def _record(ctx, args: tuple, kwargs: dict) -> Recording:
-    from tfcheck.trace import visible_attention
-
-    recorder = Recorder(ctx.subject.model, track_ids=True)
-    with visible_attention(), recorder:
-        ctx.run(args, kwargs, "a recorded forward at the probe size")
-    return recorder.recording
 
 
 def _norms(rec: Recording) -> list[Norm]:

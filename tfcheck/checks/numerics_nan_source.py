@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.findings import Finding, Location
-from tfcheck.numerics import NonFiniteTracker, Producer
+from tfcheck.numerics import NonFiniteTracker, Producer, all_finite
 from tfcheck.recorder import Recorder
 from tfcheck.registry import check
 from tfcheck.status import Status
@@ -58,7 +58,7 @@ def nan_source(ctx) -> list[Finding]:
     per_sample = [bool((~torch.isfinite(out[i].detach())).any()) if out.is_floating_point() else False
                   for i in range(out.shape[0])]
     bad_grads = [name for (name, p), g in zip(_named(subject.model, params), grads)
-                 if g is not None and not bool(torch.isfinite(g).all())]
+                 if g is not None and not all_finite(g)]
     evidence = {"batch": ["full", "half padded", "fully padded"], "length": probe.length,
                 "non_finite_output_per_sample": per_sample, "parameters_with_non_finite_gradient": bad_grads[:8],
                 "gradients_checked": sum(g is not None for g in grads), "ops_watched": tracker.ops,

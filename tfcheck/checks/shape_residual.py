@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tfcheck import recorded_probe
 from tfcheck.findings import Finding, Location
 from tfcheck.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.registry import check
 from tfcheck.status import Status
-from tfcheck.subject import PROBE_BATCH
 
 ID = "shape.residual"
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
@@ -37,10 +37,7 @@ def shape_residual(ctx) -> list[Finding]:
     """One recorded forward at the probe size. Each residual add is judged by its operands' shapes; each
     attention (a softmax or fused attention op) and each feed-forward (a Linear widening d -> d_ff followed
     by one narrowing back) must feed a residual add whose other operand predates it."""
-    subject = ctx.subject
-    args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
-    recording = _record(ctx, args, kwargs)
-    graph = Dataflow(recording)
+    graph = Dataflow(recorded_probe.shared(ctx).recording)
     residuals = graph.residuals()
     findings = [_width_finding(r) for r in residuals if r.stream != r.branch]
     findings += [_missing_finding(kind, call) for kind, call in graph.uncovered(residuals)]
@@ -54,17 +51,6 @@ def shape_residual(ctx) -> list[Finding]:
                     f"{residuals[0].stream}; sublayers: {', '.join(names) or '(functional)'}", Location(module=""),
                     {"residuals": [{"sublayer": r.sublayer.path if r.sublayer else None, "shape": r.stream,
                                     "at": f"{r.add.file}:{r.add.line}"} for r in residuals]})]
-
-
-def _record(ctx, args: tuple, kwargs: dict) -> Recording:
-    """One counted forward recorded with tensor identities (the recording survives a raise)."""
-    from tfcheck.recorder import Recorder
-    from tfcheck.trace import visible_attention
-
-    recorder = Recorder(ctx.subject.model, track_ids=True)
-    with visible_attention(), recorder:
-        ctx.run(args, kwargs, "a recorded forward at the probe size")
-    return recorder.recording
 
 
 def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
