@@ -102,16 +102,16 @@ def test_cached_decoding_matches_the_full_forward_on_correct_models(spec):
     assert res.status is Status.PASS, str(res.findings)
     evidence = res.findings[0].evidence
     assert max(evidence["largest_difference_per_position"]) <= evidence["tolerance"] < evidence["positive_control_change"]
-    assert res.cost.forward == 5  # one full forward, a prefill of 3 tokens, 3 steps of one token
+    assert res.cost.forward == 4  # one full forward, a prefill of 4 tokens, 2 steps of one token
 
 
 @pytest.mark.parametrize("probe_len", [6, 48])
 def test_decode_cache_passes_are_constant_and_token_passes_linear_in_length(probe_len):
     res = result("zoo_heads:CachedRotaryLM", CACHE, probe_len=probe_len, max_len=64)
     assert res.status is Status.PASS, str(res.findings)
-    assert res.cost.forward == 5
-    # full forward (2 x L) + prefill (2 x (L - 3)) + 3 steps x 2 samples x 1 token
-    assert res.cost.token_passes == 2 * probe_len + 2 * (probe_len - 3) + 3 * 2
+    assert res.cost.forward == 4
+    # full forward (2 x L) + prefill (2 x (L - 2)) + 2 steps x 2 samples x 1 token
+    assert res.cost.token_passes == 2 * probe_len + 2 * (probe_len - 2) + 2 * 2
 
 
 @pytest.mark.parametrize("variant", [broken.CachePositionsRestartAtZero, broken.CacheWithTopLeftIsCausal],
@@ -123,12 +123,12 @@ def test_each_cache_bug_fails_from_the_first_cached_step(variant):
     assert finding.row == "kv-cache-decode-mismatch"
     per_position, prefill = finding.evidence["largest_difference_per_position"], finding.evidence["prefill"]
     assert max(per_position[:prefill]) <= finding.evidence["tolerance"] < min(per_position[prefill:])
-    assert "at one-token step 1 of 3" in finding.message
+    assert "at one-token step 1 of 2" in finding.message
 
 
 def test_top_left_is_causal_is_named_at_its_op():
     finding = result(broken.CacheWithTopLeftIsCausal, CACHE).findings[0]
-    assert "is_causal=True on 1 queries and 4 keys" in finding.message
+    assert "is_causal=True on 1 queries and 5 keys" in finding.message
     assert finding.location.module == "layers.0.attn" and finding.location.file.endswith("heads.py")
 
 

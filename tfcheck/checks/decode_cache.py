@@ -26,9 +26,9 @@ ROW = "kv-cache-decode-mismatch"
 CACHE_ARGS = ("past_key_values", "past_key_value", "past", "kv_cache", "cache", "layer_past")
 #: Decoded length: a prefill of all but the last DECODE_STEPS tokens, then one token per step.
 LENGTH = 6
-#: One-token steps after the prefill: a constant number of passes whatever the length; the second and
-#: third steps run with a cache that grew, which is where offset and append bugs show.
-DECODE_STEPS = 3
+#: One-token steps after the prefill: a constant number of passes whatever the length. The first runs
+#: on the prefill's cache (offset bugs), the second on a cache a step appended to (append bugs).
+DECODE_STEPS = 2
 #: Sample 1 is sample 0 with its first token changed: the positive control (later outputs must move).
 BATCH = 2
 
@@ -49,7 +49,7 @@ def _not_applicable(subject) -> str | None:
 @check(ID, "token-by-token decoding with the KV cache matches a full forward", rows=(ROW,),
        kinds=("decoder", "seq2seq", None), order=70, applies=_not_applicable)
 def decode_cache(ctx) -> list[Finding]:
-    """One full forward on a batch of 2 at length 6, then a prefill of the first 3 tokens and 3 forwards of
+    """One full forward on a batch of 2 at length 6, then a prefill of the first 4 tokens and 2 forwards of
     one token each with the cache the model returned; every position's output must equal the full
     forward's, within rounding relative to the output's scale. Sample 1 differs from sample 0 in its first token only, so the later
     outputs must differ (positive control: the past reaches them)."""

@@ -57,8 +57,9 @@ def _grouped(verdicts: list[Finding]) -> list[Finding]:
 
 
 def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Batch 3 and batch 1 alternating over the lengths, and the longest at both batch sizes."""
-    sizes = [(PROBE_BATCH if i % 2 == 0 else 1, n) for i, n in enumerate(lengths)]
+    """Batch 1 and batch 3 alternating over the lengths (so the standard probe, memoised, is one of
+    them), and the longest at both batch sizes."""
+    sizes = [(1 if i % 2 == 0 else PROBE_BATCH, n) for i, n in enumerate(lengths)]
     sizes.append((1 if sizes[-1][0] == PROBE_BATCH else PROBE_BATCH, lengths[-1]))
     return sizes
 
@@ -106,7 +107,7 @@ def _judge(out: torch.Tensor, batch: int, length: int, allowed: tuple[int, ...],
 
 
 def _shape_hint(shape: tuple, batch: int, length: int, last_dim) -> str:
-    if len(shape) == 3 and shape[:2] == (length, batch):
+    if len(shape) == 3 and batch != length and shape[:2] == (length, batch):
         return "; batch and length are swapped (batch_first mismatch, or a missing transpose)"
     if len(shape) == 2 and shape[0] == batch:
         return "; the length axis is gone (only one position returned, or pooled)"
