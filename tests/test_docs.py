@@ -13,7 +13,7 @@ import pytest
 from tfcheck import cli, declarations, plugin, registry, table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.rglob("*.md"))  # docs/models/ too
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
 
 

@@ -1,10 +1,11 @@
-"""Correct models in the styles people actually write, one per family, built small: torch.nn used as its
-documentation shows, x-transformers, the Annotated-Transformer tutorial, a bare attention module, and
-Hugging Face models from small configs (random weights, nothing downloaded). The integration tests run
-the whole battery on each and inject one defect into each to show the battery is looking."""
+"""Correct models in the styles people actually write, built small: torch.nn used as its documentation
+shows, the tutorial style (the Annotated Transformer and its kin), nanoGPT's model.py, x-transformers and
+bare attention modules. (Hugging Face models need no copy: tfcheck builds them from small configs.)
+tests/test_model_families.py runs the whole battery on each, and injects one defect into each."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -66,6 +67,7 @@ class TorchTokenEncoder(nn.Module):
         self.pos_encoder = _SinusoidalPositions(d_model)
         layer = nn.TransformerEncoderLayer(d_model, nhead, FF, dropout=0.1, batch_first=True)
         self.transformer_encoder = nn.TransformerEncoder(layer, nlayers, enable_nested_tensor=False)
+        self.embedding.weight.data.uniform_(-0.1, 0.1)  # the tutorial's init_weights
 
     def forward(self, src, src_key_padding_mask=None):  # src (b, s) long
         x = self.pos_encoder(self.embedding(src) * math.sqrt(self.d_model))
@@ -85,6 +87,7 @@ class TorchCausalLM(nn.Module):
         layer = nn.TransformerEncoderLayer(d_model, nhead, FF, dropout=0.1, batch_first=True)
         self.transformer_encoder = nn.TransformerEncoder(layer, nlayers, enable_nested_tensor=False)
         self.linear = nn.Linear(d_model, ntoken)
+        self.embedding.weight.data.uniform_(-0.1, 0.1)  # the tutorial's init_weights
         self.__tfcheck__ = {"kind": "decoder"}
 
     def forward(self, src, src_key_padding_mask=None):  # src (b, s) long
@@ -105,12 +108,20 @@ def nn_multihead_attention_seq_first() -> nn.MultiheadAttention:
     return nn.MultiheadAttention(D, HEADS)
 
 
-# ----- the tutorial style of the Annotated Transformer ------------------------------------------------
+# ----- the tutorial style: the caller builds the masks, laid out for the attention scores -------------
 
 def _clones(module: nn.Module, n: int) -> nn.ModuleList:
     import copy
 
     return nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+
+
+def _xavier(model: nn.Module) -> nn.Module:
+    """The Annotated Transformer's make_model initialisation."""
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
 
 
 def tutorial_attention(query, key, value, mask=None):
@@ -122,15 +133,18 @@ def tutorial_attention(query, key, value, mask=None):
 
 
 class TutorialMultiHeadedAttention(nn.Module):
-    """forward(query, key, value, mask=None); mask is a keep mask broadcastable to (b, h, s_q, s_k),
-    (b, 1, 1, s) for padding."""
+    """forward(query, key, value, mask=None): a keep mask broadcastable to the (b, h, s_q, s_k) scores,
+    (b, 1, 1, s) for padding. With ``heads_axis`` (the Annotated Transformer) the mask comes without the
+    heads axis, (b, 1, s) or (b, t, t), and gets it here."""
 
-    def __init__(self, h: int = HEADS, d_model: int = D):
+    def __init__(self, h: int = HEADS, d_model: int = D, heads_axis: bool = False):
         super().__init__()
-        self.d_k, self.h = d_model // h, h
+        self.d_k, self.h, self.heads_axis = d_model // h, h, heads_axis
         self.linears = _clones(nn.Linear(d_model, d_model), 4)
 
     def forward(self, query, key, value, mask=None):
+        if mask is not None and self.heads_axis:
+            mask = mask.unsqueeze(1)  # the same mask for every head
         b = query.size(0)
         q, k, v = (lin(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
                    for lin, x in zip(self.linears, (query, key, value)))
@@ -138,8 +152,10 @@ class TutorialMultiHeadedAttention(nn.Module):
         return self.linears[-1](x.transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k))
 
 
-class _TutorialSublayer(nn.Module):
-    def __init__(self, size: int):
+class _Sublayer(nn.Module):
+    """Pre-LN residual, as the Annotated Transformer's SublayerConnection."""
+
+    def __init__(self, size: int = D):
         super().__init__()
         self.norm = nn.LayerNorm(size)
 
@@ -156,23 +172,25 @@ class _FeedForward(nn.Module):
         return self.w_2(self.w_1(x).relu())
 
 
-class _TutorialEncoderLayer(nn.Module):
-    def __init__(self):
+class _EncoderLayer(nn.Module):
+    def __init__(self, heads_axis: bool):
         super().__init__()
-        self.self_attn, self.feed_forward = TutorialMultiHeadedAttention(), _FeedForward()
-        self.sublayer = _clones(_TutorialSublayer(D), 2)
+        self.self_attn = TutorialMultiHeadedAttention(heads_axis=heads_axis)
+        self.feed_forward = _FeedForward()
+        self.sublayer = _clones(_Sublayer(), 2)
 
     def forward(self, x, mask):
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayer[1](x, self.feed_forward)
 
 
-class _TutorialDecoderLayer(nn.Module):
-    def __init__(self):
+class _DecoderLayer(nn.Module):
+    def __init__(self, heads_axis: bool):
         super().__init__()
-        self.self_attn, self.src_attn = TutorialMultiHeadedAttention(), TutorialMultiHeadedAttention()
+        self.self_attn = TutorialMultiHeadedAttention(heads_axis=heads_axis)
+        self.src_attn = TutorialMultiHeadedAttention(heads_axis=heads_axis)
         self.feed_forward = _FeedForward()
-        self.sublayer = _clones(_TutorialSublayer(D), 3)
+        self.sublayer = _clones(_Sublayer(), 3)
 
     def forward(self, x, memory, src_mask, tgt_mask):
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
@@ -191,39 +209,38 @@ class _Embeddings(nn.Module):
 
 
 class TutorialEncoder(nn.Module):
-    """The Annotated Transformer's encoder: forward(x, mask) with mask a (b, 1, 1, s) keep mask."""
+    """A from-scratch tutorial's encoder: forward(src, src_mask), src_mask = (src != pad)[:, None, None, :],
+    a (b, 1, 1, s) keep mask."""
 
     def __init__(self):
         super().__init__()
         _seed()
         self.embed = _Embeddings()
-        self.layers = _clones(_TutorialEncoderLayer(), LAYERS)
+        self.layers = _clones(_EncoderLayer(heads_axis=False), LAYERS)
         self.norm = nn.LayerNorm(D)
+        _xavier(self)
 
-    def forward(self, x, mask):
-        x = self.embed(x)
+    def forward(self, src, src_mask):
+        x = self.embed(src)
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, src_mask)
         return self.norm(x)
 
 
-def subsequent_mask(size: int, device=None) -> torch.Tensor:
-    """(1, size, size) keep mask: True on and below the diagonal."""
-    return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
-
-
-class TutorialEncoderDecoder(nn.Module):
-    """The Annotated Transformer's EncoderDecoder: forward(src, tgt, src_mask, tgt_mask), src_mask
-    (b, 1, 1, s) keep, tgt_mask the (b, 1, t, t) keep mask of padding and subsequent positions."""
+class AnnotatedEncoderDecoder(nn.Module):
+    """The Annotated Transformer's EncoderDecoder: forward(src, tgt, src_mask, tgt_mask) with
+    src_mask = (src != pad).unsqueeze(-2), (b, 1, s), and tgt_mask = (tgt != pad).unsqueeze(-2) &
+    subsequent_mask(t), (b, t, t); its attention adds the heads axis."""
 
     def __init__(self):
         super().__init__()
         _seed()
         self.src_embed, self.tgt_embed = _Embeddings(), _Embeddings()
-        self.encoder_layers = _clones(_TutorialEncoderLayer(), LAYERS)
-        self.decoder_layers = _clones(_TutorialDecoderLayer(), LAYERS)
+        self.encoder_layers = _clones(_EncoderLayer(heads_axis=True), LAYERS)
+        self.decoder_layers = _clones(_DecoderLayer(heads_axis=True), LAYERS)
         self.enc_norm, self.dec_norm = nn.LayerNorm(D), nn.LayerNorm(D)
         self.generator = nn.Linear(D, VOCAB)
+        _xavier(self)
 
     def encode(self, src, src_mask):
         x = self.src_embed(src)
@@ -242,8 +259,119 @@ class TutorialEncoderDecoder(nn.Module):
 
 
 def tutorial_attention_module() -> TutorialMultiHeadedAttention:
+    """A bare attention module: forward(query, key, value, mask=None)."""
     _seed()
     return TutorialMultiHeadedAttention()
+
+
+# ----- nanoGPT, as Karpathy's model.py writes it -------------------------------------------------------
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+
+class _CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(config.dropout), nn.Dropout(config.dropout)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=self.dropout if self.training else 0,
+                                           is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class _MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class _Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(config.n_embd, bias=config.bias), _CausalSelfAttention(config)
+        self.ln_2, self.mlp = nn.LayerNorm(config.n_embd, bias=config.bias), _MLP(config)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """nanoGPT: GPT(config), forward(idx, targets=None) -> (logits, loss); without targets only the last
+    position's logits (its generation shortcut)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        _seed()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([_Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        assert t <= self.config.block_size, f"Cannot forward length {t}, block size is only {self.config.block_size}"
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])  # note: using list [-1] to preserve the time dim
+            loss = None
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0):
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.config.block_size:])
+            probs = F.softmax(logits[:, -1, :] / temperature, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+        return idx
 
 
 # ----- x-transformers ---------------------------------------------------------------------------------
@@ -271,30 +399,4 @@ def x_decoder_rotary():
     _seed()
     return TransformerWrapper(num_tokens=VOCAB, max_seq_len=MAX_LEN, use_abs_pos_emb=False,
                               attn_layers=Decoder(dim=D, depth=LAYERS, heads=HEADS, attn_dim_head=D // HEADS,
-                                                  rotary_pos_emb=True))
-
-
-# ----- Hugging Face from small configs ----------------------------------------------------------------
-
-def _hf(model_cls: str, config_cls: str, **sizes):
-    import transformers
-
-    _seed()
-    config = getattr(transformers, config_cls)(**sizes)
-    return getattr(transformers, model_cls)(config)
-
-
-def distilbert():
-    return _hf("DistilBertModel", "DistilBertConfig", vocab_size=VOCAB, dim=D, n_layers=LAYERS, n_heads=HEADS,
-               hidden_dim=FF, max_position_embeddings=MAX_LEN)
-
-
-def roberta():
-    return _hf("RobertaModel", "RobertaConfig", vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
-               num_attention_heads=HEADS, intermediate_size=FF, max_position_embeddings=MAX_LEN + 2)
-
-
-def bart():
-    return _hf("BartForConditionalGeneration", "BartConfig", vocab_size=VOCAB, d_model=D, encoder_layers=LAYERS,
-               decoder_layers=LAYERS, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
-               encoder_ffn_dim=FF, decoder_ffn_dim=FF, max_position_embeddings=MAX_LEN)
+                                                  rotary_pos_emb=True, verbose=False))  # small heads: no advice

@@ -92,6 +92,7 @@ class CheckContext:
         self.cost.token_passes += tokens
         with tracking(model) as stack, torch.set_grad_enabled(grad):
             try:
+                args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
                 return model(*args, **kwargs)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc

@@ -16,6 +16,8 @@ from tfcheck.errors import DeclarationError
 KINDS = ("encoder", "decoder", "seq2seq", "attention")
 PRECISIONS = ("fp32", "fp16", "bf16")
 MASK_CONVENTIONS = ("keep", "pad", "additive")
+#: How a padding mask is shaped, for forwards that take it already laid out for the attention scores.
+MASK_LAYOUTS = {"bs": "(batch, length)", "b1s": "(batch, 1, length)", "b11s": "(batch, 1, 1, length)"}
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,12 @@ class MaskSpec:
 
     argument: str | None  # None when the mask is built inside forward (``internal``) or absent (``none``)
     convention: str  # keep | pad | additive | internal | none
+    layout: str | None = None  # a key of MASK_LAYOUTS; None: (batch, length) unless tfcheck infers another
 
     def __str__(self) -> str:
-        return f"{self.argument}:{self.convention}" if self.argument else self.convention
+        if not self.argument:
+            return self.convention
+        return f"{self.argument}:{self.convention}" + (f":{self.layout}" if self.layout else "")
 
 
 @dataclass(frozen=True)
@@ -76,12 +81,15 @@ def _mask(v: Any) -> MaskSpec:
     if v in ("internal", "none"):
         return MaskSpec(None, v)
     arg, sep, conv = v.partition(":")
-    if not sep or not arg.isidentifier() or conv not in MASK_CONVENTIONS:
+    conv, _, layout = conv.partition(":")
+    if not sep or not arg.isidentifier() or conv not in MASK_CONVENTIONS or (layout and layout not in MASK_LAYOUTS):
         raise ValueError(
-            "expected ARGUMENT:CONVENTION with CONVENTION one of keep (1 = real token), pad (True = pad), "
-            "additive (0 / -inf added to the logits), e.g. attention_mask:keep; or 'internal' / 'none'"
+            "expected ARGUMENT:CONVENTION[:LAYOUT] with CONVENTION one of keep (1 = real token), pad (True = pad), "
+            "additive (0 / -inf added to the logits) and LAYOUT one of "
+            f"{', '.join(f'{k} {v}' for k, v in MASK_LAYOUTS.items())}, e.g. attention_mask:keep or "
+            "src_mask:keep:b11s; or 'internal' / 'none'"
         )
-    return MaskSpec(arg, conv)
+    return MaskSpec(arg, conv, layout or None)
 
 
 def _output(v: Any) -> str | int:
@@ -162,10 +170,11 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("max_len", "INT", "Longest sequence the model accepts; probes are capped well below large values.",
         _positive_int),
     Key("d_model", "INT", "Width of the hidden states (hidden_size, n_embd, dim).", _positive_int),
-    Key("mask", "ARG:keep | ARG:pad | ARG:additive | internal | none",
+    Key("mask", "ARG:keep | ARG:pad | ARG:additive [:bs | :b1s | :b11s] | internal | none",
         "The forward argument that takes the padding mask and its convention (keep: 1 = real token; "
-        "pad: True = padding; additive: 0 / -inf added to the logits), or 'internal' when forward builds it "
-        "from pad_id, or 'none'.", _mask),
+        "pad: True = padding; additive: 0 / -inf added to the logits), optionally its layout ((batch, length) "
+        "by default; b1s = (batch, 1, length), b11s = (batch, 1, 1, length)), or 'internal' when forward "
+        "builds it from pad_id, or 'none'.", _mask),
     Key("output", "tensor | INDEX | NAME",
         "Which part of the forward's return value is the output: the tensor itself, a tuple index, or a "
         "key / attribute such as logits.", _output),
@@ -192,7 +201,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "Sequence length of the information-flow probes (default 7; capped at max_len).", _positive_int),
     Key("budget_s", "SECONDS",
         "Wall-clock budget of each check (default 120); a check over it stops between two operations "
-        "and is reported as blocked.", _float_positive),
+        "and is reported as a skip that says so.", _float_positive),
     Key("device", "cpu | cuda | cuda:N | mps",
         "Where the battery runs; the model is moved there for the run and moved back afterwards.", _device),
 ]}

@@ -173,14 +173,17 @@ def first_tensor(value: Any) -> torch.Tensor | None:
 
 
 @contextlib.contextmanager
-def captured_layers(model: nn.Module, rows: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def captured_layers(model: nn.Module, rows: int, seq_first: bool = False) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Collect (path, output) of every layer module called during the block, in call order, for outputs
-    laid out (rows, length, ...). The hooks are removed after, also when the model raises."""
+    laid out (rows, length, ...); ``seq_first``: the layers work in (length, rows, ...) (torch's
+    batch_first=False), and their outputs are transposed. The hooks are removed after, also when the model raises."""
     captured: list[tuple[str, torch.Tensor]] = []
 
     def hook_for(path: str):
         def hook(module, args, output):
             t = first_tensor(output)
+            if seq_first and t is not None and not t.is_nested and t.dim() >= 2:
+                t = t.transpose(0, 1)
             if t is not None and not t.is_nested and t.dim() >= 2 and t.shape[0] == rows and t.is_floating_point():
                 captured.append((path, t.detach().clone()))
         return hook

@@ -37,6 +37,9 @@ for _names, _value in [
     ("pad_id pad_idx padding_idx pad_token_id", 0),
     ("d_k d_v head_dim dim_head d_kv", 8),
     ("encoder_attention_heads decoder_attention_heads num_key_value_heads", 4),
+    # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
+    ("num_experts num_local_experts n_routed_experts", 4),
+    ("moe_intermediate_size shared_expert_intermediate_size expert_intermediate_size", 64),
     # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
     ("bos_token_id", 1),
     ("eos_token_id", 2),
@@ -250,6 +253,8 @@ def small_config(origin: Any, param: inspect.Parameter) -> Any | None:
     class or a dataclass); None when its class is not known."""
     cls = getattr(origin, "config_class", None)
     ann = param.annotation
+    if isinstance(ann, str):  # postponed annotations (from __future__ import annotations): look the name up
+        ann = _annotation_class(origin, ann)
     if cls is None and inspect.isclass(ann):
         cls = ann
     if cls is None or not inspect.isclass(cls):
@@ -265,6 +270,15 @@ def small_config(origin: Any, param: inspect.Parameter) -> Any | None:
         return cls(**small)
     except Exception:
         return None
+
+
+def _annotation_class(origin: Any, name: str) -> Any | None:
+    """The class a string annotation names in the module that defines ``origin`` (a plain or dotted name)."""
+    module = sys.modules.get(getattr(origin, "__module__", None) or "")
+    obj: Any = module
+    for part in name.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return obj if inspect.isclass(obj) else None
 
 
 def _fmt_args(args: dict[str, Any]) -> str:

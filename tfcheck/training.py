@@ -80,6 +80,7 @@ def call_copy(ctx, model: nn.Module, args: tuple, kwargs: dict, what: str, grad:
     ctx.cost.token_passes += batch * length
     with tracking(model) as stack, torch.set_grad_enabled(grad):
         try:
+            args, kwargs = ctx.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
             return model(*args, **kwargs)
         except Exception as exc:
             raise ModelRaised(explain(exc, stack, what)) from exc

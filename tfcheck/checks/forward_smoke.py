@@ -23,14 +23,35 @@ def forward_smoke(ctx) -> list[Finding]:
     try:
         probe = ctx.forward(PROBE_BATCH, length)
     except ModelRaised as raised:
-        if raised.explanation.row == "tensor-size-mismatch":
+        probe = _with_another_mask_layout(ctx, length, raised)
+        if probe is None and raised.explanation.row == "tensor-size-mismatch":
             raise ModelRaised(_with_residual_culprit(ctx, raised.explanation, length)) from raised
-        raise
+        if probe is None:
+            raise
     out = probe.output
     return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} returned "
                     f"{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
                     Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
                                           "output_dtype": str(out.dtype)})]
+
+
+def _with_another_mask_layout(ctx, length: int, raised: ModelRaised):
+    """A forward that requires its masks laid out for the attention scores (the tutorial style) raises on
+    (batch, length) ones: the layouts it may want are tried before failing, and the one that ran is kept
+    and stated among the assumptions."""
+    subject = ctx.subject
+    layouts = subject.mask_layouts_to_try()
+    for layout in layouts:
+        subject.set_mask_layout(layout)
+        try:
+            probe = ctx.forward(PROBE_BATCH, length)
+        except ModelRaised:
+            continue
+        subject.adopt_mask_layout(layout, str(raised.explanation.evidence.get("exception") or raised))
+        return probe
+    if layouts:
+        subject.set_mask_layout(None)  # none ran: the error of the (batch, length) masks is the finding
+    return None
 
 
 def _with_residual_culprit(ctx, explanation, length: int):

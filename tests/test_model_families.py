@@ -1,0 +1,351 @@
+"""The whole default battery on the models people actually have: Hugging Face (built from small configs,
+random weights, nothing downloaded), torch.nn as its documentation uses it, x-transformers, nanoGPT, the
+tutorial style and bare attention modules. A correct model has zero failures, and every warning or skip it
+gets is justified here; the same models with one defect injected (a hook or a patch on the instance) are
+caught by the right check with the right troubleshooting row: "no failure" is not "nothing checked"."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tfcheck
+import zoo_families as zf
+from tfcheck import Status
+from tfcheck.engine import load_subject
+from tfcheck.spec import load
+
+
+@dataclass
+class Family:
+    make: Callable[[], nn.Module] | str  # a factory, or a spec string tfcheck builds itself
+    #: what tfcheck must infer without a declaration: key -> (value, a piece of the source it reports)
+    infers: dict[str, tuple[Any, str]]
+    #: check -> why a correct model of this family warns or skips there (and must)
+    explained: dict[str, str] = field(default_factory=dict)
+    declared: dict[str, Any] = field(default_factory=dict)
+    needs: str | None = None  # the package it needs
+
+    def instance(self) -> nn.Module:
+        return load(self.make).model if isinstance(self.make, str) else self.make()
+
+
+UNKNOWN_KIND = ("nothing in the forward says whether the model is causal: the kind is unknown, the leak is "
+                "reported as a warning that names the declaration (kind=encoder or causal=false)")
+TUTORIAL_FILL = ("the tutorial's masked_fill(mask == 0, -1e9) overflows float16 (becomes -inf, NaN in a fully "
+                 "masked row): a warning until precision=fp32 or fp16 is declared")
+X_CACHE = ("x-transformers returns its cache only with return_intermediates=True, which tfcheck's cache protocol "
+           "(past_key_values, or the last element of a returned tuple) does not pass: inconclusive, said as such")
+NO_HEAD = "a model without an LM head returns hidden states, so the loss at init has no logits to judge"
+HF_ENCODER = {"mask": ("attention_mask:keep", "Hugging Face convention")}
+
+FAMILIES: dict[str, Family] = {
+    # ----- Hugging Face, built by tfcheck from small configs --------------------------------------------
+    "hf-gpt2-lm": Family("transformers:GPT2LMHeadModel", {"kind": ("decoder", "config.model_type = 'gpt2'"),
+                                                           "output": ("logits", "'logits'")}, needs="transformers"),
+    "hf-gpt2-model": Family("transformers:GPT2Model", {"kind": ("decoder", "model_type = 'gpt2'"),
+                                                       "output": ("last_hidden_state", "'last_hidden_state'")},
+                            explained={"train.loss_at_init": NO_HEAD}, needs="transformers"),
+    "hf-bert": Family("transformers:BertModel", {"kind": ("encoder", "config.model_type = 'bert'"), **HF_ENCODER},
+                      needs="transformers"),
+    "hf-bert-mlm": Family("transformers:BertForMaskedLM", {"kind": ("encoder", "model_type = 'bert'"),
+                                                           "output": ("logits", "'logits'")}, needs="transformers"),
+    "hf-distilbert": Family("transformers:DistilBertModel",
+                            {"kind": ("encoder", "model_type = 'distilbert'"), "d_model": (32, "config.hidden_size"),
+                             **HF_ENCODER}, needs="transformers"),
+    "hf-roberta": Family("transformers:RobertaModel",
+                         {"kind": ("encoder", "model_type = 'roberta'"),
+                          "max_len": (63, "padding_idx=0, so positions count from 1")}, needs="transformers"),
+    "hf-llama": Family("transformers:LlamaForCausalLM", {"kind": ("decoder", "model_type = 'llama'")},
+                       needs="transformers"),
+    "hf-qwen2-moe": Family("transformers:Qwen2MoeModel",  # a family tfcheck does not list
+                           {"kind": ("decoder", "defines the causal-LM head Qwen2MoeForCausalLM")},
+                           explained={"train.loss_at_init": NO_HEAD}, needs="transformers"),
+    "hf-t5": Family("transformers:T5ForConditionalGeneration",
+                    {"kind": ("seq2seq", "config.is_encoder_decoder = True")},
+                    explained={"attention.scale": "T5 runs unscaled attention and folds 1/sqrt(d_k) into its "
+                                                  "initialisation; the warning names the family and says so"},
+                    needs="transformers"),
+    # ----- torch.nn, as its documentation uses it ----------------------------------------------------------
+    "torch-transformer": Family(zf.nn_transformer, {
+        "kind": ("seq2seq", "target argument (tgt)"), "mask": ("src_key_padding_mask:pad", "torch convention"),
+        "tgt_mask": ("nn.Transformer.generate_square_subsequent_mask(t)", "as torch documents"),
+        "inputs": ("float features (batch, length, d_model)", "no nn.Embedding")}),
+    "torch-transformer-seq-first": Family(zf.nn_transformer_seq_first, {
+        "layout": ("(length, batch, d_model)", "torch.nn.Transformer.batch_first = False")}),
+    "torch-encoder": Family(zf.nn_encoder, {"kind": ("encoder", "torch.nn.TransformerEncoder: it attends both ways"),
+                                            "d_model": (32, "'layers.0.self_attn'.embed_dim")}),
+    "torch-token-encoder": Family(zf.TorchTokenEncoder, {"kind": (None, "unknown")},
+                                  explained={"mask.causal": UNKNOWN_KIND}),
+    "torch-token-encoder-declared": Family(zf.TorchTokenEncoder, {"kind": ("encoder", "run_checks() argument")},
+                                           declared={"kind": "encoder"}),
+    "torch-token-encoder-additive": Family(zf.TorchTokenEncoder, {
+        "mask": ("src_key_padding_mask:additive", "run_checks() argument")},  # torch adds a float padding mask
+        declared={"kind": "encoder", "mask": "src_key_padding_mask:additive"}),
+    "torch-causal-lm": Family(zf.TorchCausalLM, {"kind": ("decoder", "__tfcheck__ on TorchCausalLM"),
+                                                 "mask": ("src_key_padding_mask:pad", "torch convention")}),
+    "torch-mha": Family(zf.nn_multihead_attention, {"kind": ("attention", "(query, key, value)"),
+                                                    "output": (0, "first tensor of the returned tuple")}),
+    "torch-mha-seq-first": Family(zf.nn_multihead_attention_seq_first, {
+        "layout": ("(length, batch, d_model)", "torch.nn.MultiheadAttention.batch_first = False")}),
+    # ----- x-transformers --------------------------------------------------------------------------------
+    "x-decoder": Family(zf.x_decoder, {
+        "kind": ("decoder", "model.attn_layers.causal = True"), "causal": (True, "model.attn_layers.causal"),
+        "vocab_size": (zf.VOCAB, "model.num_tokens"), "max_len": (zf.MAX_LEN, "model.max_seq_len"),
+        "d_model": (zf.D, "model.attn_layers.dim"), "mask": ("mask:keep", "x-transformers"),
+        "outputs": ("logits", "model.to_logits")}, explained={"decode.cache": X_CACHE}, needs="x_transformers"),
+    "x-decoder-rotary": Family(zf.x_decoder_rotary, {"kind": ("decoder", "model.attn_layers.causal = True")},
+                               explained={"decode.cache": X_CACHE}, needs="x_transformers"),
+    "x-encoder": Family(zf.x_encoder, {"kind": ("encoder", "model.attn_layers.causal = False"),
+                                       "mask": ("mask:keep", "x-transformers")}, needs="x_transformers"),
+    # ----- nanoGPT, the tutorial style, attention modules ------------------------------------------------
+    "nanogpt": Family("zoo_families:GPT", {
+        "kind": ("decoder", "GPT has a generate() method"), "targets": ("the input tokens", "nanoGPT convention"),
+        "max_len": (64, "config.block_size"),
+        "constructor arguments": ({"config": "GPTConfig(small sizes)"}, "filled")}),
+    "nanogpt-on-torch-layers": Family("zoo_training:NanoGPTStyle", {
+        "kind": ("decoder", "__tfcheck__"), "targets": ("the input tokens", "nanoGPT convention")}),
+    "tutorial-encoder": Family(zf.TutorialEncoder, {
+        "mask": ("src_mask:keep", "convention unknown, assumed keep"),
+        "mask layout": ("b11s (batch, 1, 1, length)", "ran with these; declare mask=src_mask:keep:b11s")},
+        explained={"mask.causal": UNKNOWN_KIND, "numerics.half": TUTORIAL_FILL}),
+    "annotated-seq2seq": Family(zf.AnnotatedEncoderDecoder, {
+        "kind": ("seq2seq", "target argument (tgt)"),
+        "tgt_mask": ("the causal keep mask (True on and below the diagonal)", "forward requires tgt_mask"),
+        "mask layout": ("b1s (batch, 1, length)", "declare mask=src_mask:keep:b1s")},
+        explained={"numerics.half": TUTORIAL_FILL}),
+    "tutorial-attention": Family(zf.tutorial_attention_module, {
+        "kind": ("attention", "(query, key, value)"), "d_model": (zf.D, "nn.Linear 'linears.0'.in_features")}),
+}
+
+
+def _family(name: str) -> Family:
+    family = FAMILIES[name]
+    if family.needs and importlib.util.find_spec(family.needs) is None:
+        pytest.skip(f"{family.needs} is not installed (pip install -e '.[test]')")
+    return family
+
+
+def _report_of(family: Family, model: Any = None, **only):
+    return tfcheck.run_checks(model if model is not None else family.make, **only, **family.declared)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_correct_model_has_no_failure_and_every_warning_is_explained(name):
+    family = _family(name)
+    full = _report_of(family)
+    report, rendered = full.models[0], str(full)
+    failed = [r.check for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
+    assert not failed, rendered
+    not_passed = {r.check: r for r in report.results if r.status is not Status.PASS}
+    assert set(not_passed) == set(family.explained), rendered  # each explanation is still needed, too
+    for result in not_passed.values():
+        assert result.status in (Status.WARN, Status.SKIP), rendered
+        assert not any("blocked by" in f.message for f in result.findings), rendered
+    assert sum(r.status is Status.PASS for r in report.results) >= 8, rendered  # the battery ran
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_what_tfcheck_infers_is_stated_with_its_source(name):
+    family = _family(name)
+    report = _report_of(family, only=["forward.smoke"]).models[0]  # the mask layout is settled by the smoke
+    stated = {a.key: a for a in report.assumptions}
+    for key, (value, source) in family.infers.items():
+        assert key in stated, f"{key} not among the assumptions: {sorted(stated)}"
+        shown = stated[key].value if not hasattr(stated[key].value, "convention") else str(stated[key].value)
+        assert (str(shown) if isinstance(value, str) else shown) == value, (key, stated[key])
+        assert source in stated[key].source, (key, stated[key].source)
+
+
+def test_hugging_face_classes_are_built_small():
+    pytest.importorskip("transformers")
+    for cls in ("GPT2LMHeadModel", "GPT2Model", "BertModel", "BertForMaskedLM", "DistilBertModel", "LlamaForCausalLM",
+                "T5ForConditionalGeneration", "Qwen2MoeModel"):
+        subject = load_subject(f"transformers:{cls}")
+        filled = next(a for a in subject.assumptions if a.key == "constructor arguments")
+        assert "small sizes" in str(filled.value["config"]), cls
+        assert sum(p.numel() for p in subject.model.parameters()) < 1_000_000, cls  # never a default config's millions
+
+
+def test_an_unknown_kind_warns_with_the_declaration_that_settles_it():
+    result = tfcheck.run_checks(zf.TorchTokenEncoder, only=["mask.causal"]).models[0].result("mask.causal")
+    assert result.status is Status.WARN
+    assert "declare causal=true (or kind=decoder)" in result.findings[0].message
+    assert "declare kind=encoder (or causal=false)" in result.findings[0].message
+
+
+def test_an_unknown_hugging_face_family_says_which_declaration_settles_it():
+    pytest.importorskip("transformers")
+    kind = next(a for a in load_subject("transformers:CLIPTextModel").assumptions if a.key == "kind")
+    assert kind.value is None
+    assert "config.model_type = 'clip_text_model'" in kind.source and "--set kind=decoder" in kind.source
+
+
+# ----- one defect each, caught ------------------------------------------------------------------------
+
+def _pre_hook_kwargs(module: nn.Module, change: Callable[[dict], None]) -> None:
+    def hook(mod, args, kwargs):
+        kwargs = dict(kwargs)
+        change(kwargs)
+        return args, kwargs
+    module.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _mix_batch(dim: int = 0):
+    """A forward hook that adds the batch mean to the output (the first tensor of a tuple)."""
+    def hook(mod, args, output):
+        if isinstance(output, tuple):
+            return (output[0] + output[0].mean(dim, keepdim=True), *output[1:])
+        return output + output.mean(dim, keepdim=True)
+    return hook
+
+
+def drop_gpt2_causal_mask(model):
+    for module in model.modules():
+        if type(module).__name__ == "GPT2Attention":
+            module.is_causal = False
+            _pre_hook_kwargs(module, lambda kw: kw.update(attention_mask=None))
+
+
+def invert_attention_mask(model):
+    _pre_hook_kwargs(model, lambda kw: kw.update(attention_mask=1 - kw["attention_mask"])
+                     if kw.get("attention_mask") is not None else None)
+
+
+def unscale_distilbert(model):
+    for module in model.modules():
+        if hasattr(module, "scaling") and hasattr(module, "is_causal"):
+            module.scaling = 1.0
+
+
+def mix_llama_batch(model):
+    model.model.layers[0].register_forward_hook(_mix_batch())
+
+
+def t5_decoder_ignores_source(model):
+    _pre_hook_kwargs(model.decoder, lambda kw: kw.update(encoder_hidden_states=torch.zeros_like(
+        kw["encoder_hidden_states"])))
+
+
+def drop_torch_tgt_mask(model):
+    _pre_hook_kwargs(model.decoder, lambda kw: kw.update(tgt_mask=None, tgt_is_causal=False))
+
+
+def mix_seq_first_batch(model):
+    # (length, batch, d) inside: the batch axis is 1, where a batch_first=False module mixes it
+    target = model.encoder if isinstance(model, nn.Transformer) else model
+    target.register_forward_hook(_mix_batch(dim=1))
+
+
+def invert_src_key_padding_mask(model):
+    _pre_hook_kwargs(model.transformer_encoder, lambda kw: kw.update(src_key_padding_mask=~kw["src_key_padding_mask"])
+                     if kw.get("src_key_padding_mask") is not None else None)
+
+
+def shift_causal_mask(model):
+    def shifted(kw):
+        n = kw["mask"].shape[-1]
+        kw.update(mask=torch.full((n, n), float("-inf")).triu(2), is_causal=False)
+    _pre_hook_kwargs(model.transformer_encoder, shifted)
+
+
+def mix_mha_batch(model):
+    model.register_forward_hook(_mix_batch())
+
+
+def drop_x_causal_mask(model):
+    for module in model.modules():
+        if type(module).__name__ == "Attention" and hasattr(module, "causal"):
+            module.causal = False
+
+
+def drop_x_mask(model):
+    _pre_hook_kwargs(model, lambda kw: kw.update(mask=None))
+
+
+def nanogpt_mean_over_sequence(model):
+    def hook(mod, args, output):
+        return output + output.mean(1, keepdim=True)  # every position sees the mean of the whole sequence
+    model.transformer.h[0].attn.register_forward_hook(hook)
+
+
+def tutorial_unscaled(monkeypatch):
+    def unscaled(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        return scores.softmax(dim=-1) @ value
+    monkeypatch.setattr(zf, "tutorial_attention", unscaled)
+
+
+def annotated_cross_attention_unmasked(model):
+    for layer in model.decoder_layers:
+        layer.src_attn.register_forward_pre_hook(lambda mod, args: (*args[:3], None))
+
+
+@dataclass
+class Defect:
+    family: str
+    inject: Callable
+    check: str
+    row: str
+    patches_module: bool = False  # inject takes pytest's monkeypatch instead of the model
+
+
+DEFECTS = {
+    "gpt2-causal-mask-dropped": Defect("hf-gpt2-lm", drop_gpt2_causal_mask, "mask.causal",
+                                       "inference-worse-than-training"),
+    "bert-padding-mask-inverted": Defect("hf-bert", invert_attention_mask, "mask.padding", "padding-mask-inverted"),
+    "distilbert-unscaled": Defect("hf-distilbert", unscale_distilbert, "attention.scale", "attention-scale-wrong"),
+    "llama-batch-mixed": Defect("hf-llama", mix_llama_batch, "batch.independence", "sample-depends-on-batch"),
+    "t5-decoder-ignores-source": Defect("hf-t5", t5_decoder_ignores_source, "cross.dependence",
+                                        "cross-attention-ignores-source"),
+    "torch-transformer-tgt-mask-dropped": Defect("torch-transformer", drop_torch_tgt_mask, "mask.causal",
+                                                 "inference-worse-than-training"),
+    "torch-transformer-seq-first-batch-mixed": Defect("torch-transformer-seq-first", mix_seq_first_batch,
+                                                      "batch.independence", "sample-depends-on-batch"),
+    "torch-encoder-padding-mask-inverted": Defect("torch-token-encoder-declared", invert_src_key_padding_mask,
+                                                  "mask.padding", "padding-mask-inverted"),
+    "torch-causal-lm-mask-off-by-one": Defect("torch-causal-lm", shift_causal_mask, "mask.causal",
+                                              "causal-mask-misaligned"),
+    "torch-mha-batch-mixed": Defect("torch-mha", mix_mha_batch, "batch.independence", "sample-depends-on-batch"),
+    "torch-mha-seq-first-batch-mixed": Defect("torch-mha-seq-first", mix_seq_first_batch, "batch.independence",
+                                              "sample-depends-on-batch"),
+    "x-decoder-causal-mask-dropped": Defect("x-decoder", drop_x_causal_mask, "mask.causal",
+                                            "inference-worse-than-training"),
+    "x-encoder-mask-ignored": Defect("x-encoder", drop_x_mask, "mask.padding", "padding-mask-ignored"),
+    "nanogpt-mean-over-sequence": Defect("nanogpt", nanogpt_mean_over_sequence, "mask.causal",
+                                         "sequence-statistics-leak"),
+    "tutorial-encoder-unscaled": Defect("tutorial-encoder", tutorial_unscaled, "attention.scale",
+                                        "attention-scale-wrong", patches_module=True),
+    "annotated-cross-attention-unmasked": Defect("annotated-seq2seq", annotated_cross_attention_unmasked,
+                                                 "mask.padding", "padding-mask-cross-attention"),
+    "tutorial-attention-unscaled": Defect("tutorial-attention", tutorial_unscaled, "attention.scale",
+                                          "attention-scale-wrong", patches_module=True),
+}
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_one_injected_defect_is_caught_by_the_right_check(name, monkeypatch):
+    defect = DEFECTS[name]
+    family = _family(defect.family)
+    model = family.instance()
+    if defect.patches_module:
+        defect.inject(monkeypatch)
+    else:
+        defect.inject(model)
+    result = _report_of(family, model, only=[defect.check]).models[0].result(defect.check)
+    assert result.status is Status.FAIL, str(result)
+    assert result.findings[0].row == defect.row, str(result)
+
+
+def test_every_family_has_a_defect_that_is_caught():
+    covered = {d.family for d in DEFECTS.values()}
+    # the same model classes as a covered family, only built or declared otherwise
+    variants = {"hf-gpt2-model", "hf-bert-mlm", "hf-roberta", "hf-qwen2-moe", "torch-encoder", "torch-token-encoder",
+                "torch-token-encoder-additive", "x-decoder-rotary", "nanogpt-on-torch-layers"}
+    assert set(FAMILIES) - variants <= covered
