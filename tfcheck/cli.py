@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tfcheck.annotations import FORMATS
 from tfcheck.errors import TfcheckError, UsageError
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
@@ -32,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--only", metavar="IDS", help="comma-separated check ids to run (forward.smoke runs first)")
     check.add_argument("--strict", action="store_true", help="warnings count as failures")
     check.add_argument("--all", action="store_true", help="also every model in [[tool.tfcheck.models]]")
+    check.add_argument("--format", choices=FORMATS, default="text",
+                       help="github: also print a GitHub Actions ::error/::warning annotation per problem")
     sub.add_parser("list", help="list the checks and the declaration keys")
     table = sub.add_parser("table", help="print the troubleshooting table")
     table.add_argument("--lang", choices=("en", "zh"), default="en", help="language (zh: the source wording)")
@@ -82,20 +85,52 @@ def _check(args) -> int:
             raise UsageError(f"--all: no [[tool.tfcheck.models]] entries in {pyproject or 'pyproject.toml (none found)'}")
         specs += [s for s, _ in entries if s not in specs]
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    json_path = writable_path(args.json, "--json") if args.json else None  # refused before the battery runs
     report = Report()
     for spec in specs:
         subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
         report.models.append(run_model(subject, only))
     sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
-    if args.json:
-        Path(args.json).write_text(report.to_json(), encoding="utf-8")
+    if args.format == "github":
+        from tfcheck.annotations import github_annotations
+
+        sys.stdout.write("".join(line + "\n" for line in github_annotations(report)))
+    if json_path is not None:
+        write_report(json_path, report.to_json(), "--json")
         if args.images:
-            _write_images(report, Path(args.json))
+            _write_images(report, json_path)
     elif args.images:
         raise UsageError("--images draws the leak maps next to the JSON report: give --json PATH too")
     if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
         return EXIT_ERROR
     return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK
+
+
+def writable_path(text: str, option: str) -> Path:
+    """The path a report is to be written to, refused with what to do when it cannot be written: checked
+    before the battery runs, so a typo does not cost the run."""
+    import os
+
+    path = Path(text)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"{option} {text}: that is a directory; give a file name, e.g. {path / 'report.json'}")
+    if not parent.exists():
+        raise UsageError(f"{option} {text}: the directory {parent} does not exist; create it (mkdir -p {parent}) "
+                         "or give a path in an existing directory")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {text}: {parent} is a file, not a directory; give a path in a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        what = "it" if path.exists() else f"in {parent}"
+        raise UsageError(f"{option} {text}: permission denied (cannot write {what}); give a path you can write to")
+    return path
+
+
+def write_report(path: Path, text: str, option: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:  # the disk filled up, the directory went away since the check
+        raise UsageError(f"{option} {path}: writing the report failed: {exc.strerror or exc}") from None
 
 
 def _write_images(report, json_path: Path) -> None:
@@ -143,7 +178,7 @@ def _trace(args) -> int:
     trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, **kwargs)
     sys.stdout.write(to_string(trace, width=_width(), color=sys.stdout.isatty()))
     if args.json:
-        Path(args.json).write_text(trace.to_json(), encoding="utf-8")
+        write_report(writable_path(args.json, "--json"), trace.to_json(), "--json")
     return EXIT_OK if trace.ok else EXIT_FAIL
 
 

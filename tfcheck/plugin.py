@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tfcheck.annotations import FORMATS
 from tfcheck.errors import TfcheckError
 
 class TfcheckWarning(UserWarning):
@@ -38,6 +39,7 @@ class PluginState:
     json_path: Path | None
     invocation_dir: Path
     images: bool = False
+    format: str = "text"  # "github": annotations after the summary
     results: list[dict] = field(default_factory=list)  # payloads from test reports, xdist-safe
 
 
@@ -56,6 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tfcheck-json", metavar="PATH", help="write the tfcheck report as JSON to PATH")
     group.addoption("--tfcheck-images", action="store_true",
                     help="with --tfcheck-json: draw each leak map as a PNG beside the report (needs matplotlib)")
+    group.addoption("--tfcheck-format", choices=FORMATS, default="text",
+                    help="github: also print a GitHub Actions ::error/::warning annotation per tfcheck problem")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,8 +86,17 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     if opt.tfcheck_images and not opt.tfcheck_json:
         raise pytest.UsageError("--tfcheck-images draws the leak maps beside the JSON report: give --tfcheck-json PATH")
-    state = PluginState(specs, cli, opt.tfcheck_strict, Path(opt.tfcheck_json) if opt.tfcheck_json else None,
+    json_path = None
+    if opt.tfcheck_json:
+        from tfcheck.cli import writable_path
+
+        try:
+            json_path = writable_path(opt.tfcheck_json, "--tfcheck-json")  # refused before any item runs
+        except TfcheckError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    state = PluginState(specs, cli, opt.tfcheck_strict, json_path,
                         config.invocation_params.dir, opt.tfcheck_images)
+    state.format = opt.tfcheck_format
     config.stash[STATE] = state
     config.addinivalue_line("markers", "tfcheck: a tfcheck battery item")
     config.pluginmanager.register(TfcheckSession(state, config), "tfcheck-session")
@@ -136,12 +149,26 @@ class TfcheckSession:
                          color=terminalreporter.hasmarkup)
         terminalreporter.write_sep("=", "tfcheck summary")
         terminalreporter.write(text)
+        if self.state.format == "github":
+            from tfcheck.annotations import github_annotations
+
+            for line in github_annotations(_report(self.state), workspace=None):
+                terminalreporter.write_line(line)  # unwrapped: GitHub reads each command from its own line
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.state.json_path is None or hasattr(self.config, "workerinput"):
             return
         report = _report(self.state)
-        self.state.json_path.write_text(report.to_json(), encoding="utf-8")
+        from tfcheck.cli import write_report
+
+        try:
+            write_report(self.state.json_path, report.to_json(), "--tfcheck-json")
+        except TfcheckError as exc:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"tfcheck: error: {exc}", red=True)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         if self.state.images:
             from tfcheck.leakmap import save_images
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from tfcheck import shrinking
 from tfcheck.findings import Finding, Location
 from tfcheck.flow import Judgement, tolerance
 from tfcheck.registry import check
@@ -74,7 +75,7 @@ def batch_independence(ctx) -> list[Finding]:
                "order: the output depends on the sample's index in the batch or on the batch size")
         runs = ((base.args, base.kwargs), 2, PROBE_BATCH), (moved_inputs, 0, 2)
     divergence = localise(ctx, *runs)
-    return [_failure(ctx.subject.model, how, divergence, evidence)]
+    return [shrinking.with_minimal_example(ctx, _failure(ctx.subject.model, how, divergence, evidence))]
 
 
 def _per_sample(out: torch.Tensor, batch: int) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from tfcheck import flow, leakmap
+from tfcheck import flow, leakmap, shrinking
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
@@ -98,7 +98,7 @@ def mask_causal(ctx) -> list[Finding]:
         measures.append(m)
     leaking = [m for m in measures if m.judgement.leaked]
     if leaking:
-        return [_leak_finding(ctx, leaking[-1], measures)]
+        return [shrinking.with_minimal_example(ctx, _leak_finding(ctx, leaking[-1], measures))]
     if not all(m.judgement.conclusive for m in measures):
         weak = next(m for m in measures if not m.judgement.conclusive)
         return [Finding(ID, Status.SKIP, f"inconclusive: at length {weak.length} perturbing earlier positions "
@@ -206,7 +206,7 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     sequence, where = _perturbed_sequence(ctx, n, seed)
     rows = sequence.shape[0]
     args, kwargs = _inputs(subject, sequence, seed)
-    with leakmap.captured_layers(subject.model, rows) as layers, \
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
             leakmap.perturbed_embedding(subject.model, sequence, where, seed):
         probe = ctx.run(args, kwargs, f"a length-{n} sequence and {rows - 1} copies with one position changed")
     out = probe.output

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck import flow, leakmap
+from tfcheck import flow, leakmap, shrinking
 from tfcheck.findings import Finding, Location
 from tfcheck.registry import check
 from tfcheck.status import Status
@@ -63,7 +63,7 @@ def mask_padding(ctx) -> list[Finding]:
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
                         "differently (8 positions needed)", evidence={"max_len": n})]
-    return [_judge(ctx, _measure(ctx, mode, n))]
+    return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)))]
 
 
 def _mode(subject) -> str:
@@ -100,8 +100,9 @@ class _Measured:
     """The outputs of one measurement, split by row group, and what is needed to judge them."""
 
     def __init__(self, mode: str, n: int, keep: torch.Tensor, control_at: list[int], groups: dict,
-                 layers: list, equivalence: float | None, seq2seq: bool, tolerance: float, perturbed: list[str]):
-        self.mode, self.n, self.keep, self.control_at = mode, n, keep, control_at
+                 layers: list, equivalence: float | None, seq2seq: bool, tolerance: float, perturbed: list[str],
+                 ids_changed: bool = True):
+        self.mode, self.n, self.keep, self.control_at, self.ids_changed = mode, n, keep, control_at, ids_changed
         self.groups, self.layers, self.equivalence, self.seq2seq = groups, layers, equivalence, seq2seq
         self.tolerance, self.perturbed = tolerance, perturbed
 
@@ -124,9 +125,10 @@ def _measure(ctx, mode: str, n: int):
     control_at = [int(keep[i].nonzero()[0]) for i in range(SAMPLES)]
     control_where = torch.zeros_like(keep)
     control_where[torch.arange(SAMPLES), control_at] = True
-    if mode == "argument":
+    ids_changed = mode == "argument" and (features or pad_id is None)
+    if ids_changed:
         other_pads = _other_content(subject, base, pads, seed + 1, gen)
-    else:  # the mask is built from the pad ids, which must stay: only their embedding changes
+    else:  # the pads hold pad_id, which must stay (a mask or positions may be built from it): only embeddings move
         other_pads = base
     control = _other_content(subject, base, control_where, seed + 2, gen)
     primary = [base, other_pads, control]
@@ -137,7 +139,7 @@ def _measure(ctx, mode: str, n: int):
     embedding_where[SAMPLES:2 * SAMPLES] = pads
     target = _target(subject, n, rows, gen)
     args, kwargs = _inputs(subject, primary, target, masks)
-    with leakmap.captured_layers(subject.model, rows) as layers, \
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
             leakmap.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
         probe = ctx.run(args, kwargs, f"{SAMPLES} padded samples of length {n}, their pads changed, a real token "
                                       "changed")
@@ -153,7 +155,7 @@ def _measure(ctx, mode: str, n: int):
         equivalence = _right_padding_equivalence(ctx, base, keep, target, groups["A"])
     encoder = [(p, v) for p, v in layers if v.dim() >= 2 and v.shape[1] == n] if target is not None else []
     return _Measured(mode, n, keep, control_at, groups, encoder[-1:], equivalence, target is not None,
-                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)))
+                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed)
 
 
 def _other_content(subject, base: torch.Tensor, where: torch.Tensor, seed: int, gen) -> torch.Tensor:
@@ -234,7 +236,7 @@ def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change:
     ev = {**judgement.evidence(), "pad_content_change": leak, "right_padding_equivalence_change": m.equivalence,
           "length": m.n, "layout": layout, "mask_from": m.mode,
           "perturbation": ("other token ids at the pads and a random vector added to their embedding"
-                           if m.mode == "argument" else "a random vector added to the pads' embedding (ids stay pad_id)"),
+                           if m.ids_changed else "a random vector added to the pads' embedding (ids stay pad_id)"),
           "embeddings_perturbed": m.perturbed}
     if m.seq2seq:
         ev["side"] = "the source is padded; every position of the decoder output is judged"
