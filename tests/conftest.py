@@ -4,6 +4,7 @@ from pathlib import Path
 # pytester's in-process runs forget the modules first imported inside them, and torch cannot be imported
 # twice in one process: import it (and the battery, which registers its checks once) before any run.
 import torch  # noqa: F401
+import torch._dynamo  # noqa: F401 - imported lazily by meta-device ops; registers torch libraries once
 
 import tfcheck.checks  # noqa: F401
 import tfcheck.engine  # noqa: F401

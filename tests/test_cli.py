@@ -5,8 +5,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, REFERENCE_SPECS, main
 
 
@@ -26,17 +24,11 @@ def test_a_failure_exits_1_and_prints_the_row(capsys):
     assert "The size of tensor a (32) must match the size of tensor b (64)" in printed
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["check", "nosuch_module_q:Model"], "cannot import module 'nosuch_module_q'"),
-    (["check", "reference_model:TransformerLM", "--set", "kind=gpt"], "expected one of encoder, decoder"),
-    (["check", "reference_model:TransformerLM", "--set", "nokey=1"], "valid keys are"),
-    (["check", "reference_model:TransformerLM", "--only", "mask.causl"], "unknown check id(s) mask.causl"),
-    (["check", "zoo:NeedsUnknownArgument"], "tokenizer_path"),
-])
-def test_bad_usage_exits_2_with_a_message_not_a_traceback(capsys, argv, needle):
-    assert main(argv) == EXIT_USAGE
+# Bad specs, declarations and --json paths: the table in test_reliability.py, for the CLI and the plugin.
+def test_an_unknown_check_id_exits_2_with_a_message_not_a_traceback(capsys):
+    assert main(["check", "reference_model:TransformerLM", "--only", "mask.causl"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.startswith("tfcheck: error: ") and needle in err and "Traceback" not in err
+    assert err.startswith("tfcheck: error: ") and "unknown check id(s) mask.causl" in err and "Traceback" not in err
 
 
 def test_only_limits_the_checks(capsys, tmp_path):

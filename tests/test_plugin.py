@@ -43,7 +43,7 @@ def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
     result.assert_outcomes(passed=1, failed=1, deselected=battery_size(HEADLESS) - 2)
     out = result.stdout.str()
     assert "troubleshooting [output-shape]" in out
-    assert "expected (3, 1, 101)" in out
+    assert "expected (1, 1, 101)" in out
     assert "Traceback" not in out and "tfcheck/engine.py" not in out and "TfcheckFailure" not in out
 
 
@@ -53,14 +53,7 @@ def test_blocked_checks_are_skipped_not_failed_again(pytester):
     result.stdout.fnmatch_lines(["*blocked by forward.smoke*"])
 
 
-def test_a_spec_that_does_not_import_is_a_collection_error_with_advice(pytester):
-    result = pytester.runpytest("--tfcheck", "no_such_module_xyz:Model")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    out = result.stdout.str()
-    assert "tfcheck cannot load model no_such_module_xyz:Model" in out and "give a file path" in out
-    assert "Traceback" not in out
-
-
+# Specs that do not load, bad declarations, unwritable JSON paths: the table in test_reliability.py.
 def test_a_path_is_not_misread_as_a_spec(pytester):
     result = pytester.runpytest("--tfcheck", "tests/")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -75,13 +68,7 @@ def test_keyword_selection_works_on_check_ids(pytester):
 def test_set_declarations_outrank_the_models_own(pytester):
     result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "kind=encoder", *FOUNDATION)
     result.assert_outcomes(passed=1, failed=1, deselected=battery_size(LM, kind="encoder") - 2)
-    result.stdout.fnmatch_lines(["*expected (3, 1, 32)*"])
-
-
-def test_a_bad_declaration_is_a_usage_error_naming_the_valid_keys(pytester):
-    result = pytester.runpytest("--tfcheck", LM, "--tfcheck-set", "causality=true")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown tfcheck declaration 'causality'*valid keys are: kind, causal*"])
+    result.stdout.fnmatch_lines(["*expected (1, 1, 32)*"])
 
 
 def test_accepted_failure_passes_and_is_listed(pytester):
@@ -140,20 +127,24 @@ def test_strict_turns_warnings_into_failures(pytester, warning_check):
 
 
 def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
+    # The whole battery of a passing and a failing model: under -n 2 each worker loads the models and runs
+    # its share of the checks, so a check that depends on another having run first would differ here.
     pytest.importorskip("xdist")
     serial, parallel = pytester.path / "serial.json", pytester.path / "parallel.json"
-    args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider", *FOUNDATION]
-    deselected = battery_size(LM) + battery_size(HEADLESS) - 4
-    pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial)).assert_outcomes(
-        passed=3, failed=1, deselected=deselected)
-    # Under xdist the workers deselect, so the controller counts no deselected items.
-    pytester.runpytest_subprocess(*args, "-n", "2", "--tfcheck-json", str(parallel)).assert_outcomes(
-        passed=3, failed=1)
+    args = ["--tfcheck", LM, "--tfcheck", HEADLESS, "-p", "no:cacheprovider"]
+    one = pytester.runpytest_subprocess(*args, "--tfcheck-json", str(serial))
+    two = pytester.runpytest_subprocess(*args, "-n", "2", "--tfcheck-json", str(parallel))
+    def outcomes(run):
+        return {k: v for k, v in run.parseoutcomes().items() if k in ("passed", "failed", "skipped", "errors")}
 
-    def verdicts(path):
-        return [(m["spec"], c["check"], c["status"], [f["message"] for f in c["findings"]])
+    assert outcomes(one) == outcomes(two) and outcomes(one)["failed"] >= 1
+
+    def verdicts(path):  # all but timings and costs (a probe is charged to the first check that runs it)
+        return [(m["spec"], m["status"], m["assumptions"], c["check"], c["status"],
+                 [(f["status"], f["message"], f["evidence"], f["row"]) for f in c["findings"]])
                 for m in json.loads(path.read_text())["models"] for c in m["checks"]]
 
+    assert len(verdicts(serial)) == battery_size(LM) + battery_size(HEADLESS)
     assert verdicts(serial) == verdicts(parallel)
 
 

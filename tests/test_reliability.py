@@ -1,47 +1,85 @@
-"""Reliability: whatever the model does, tfcheck does not crash, reports a status for every check, and leaves the
-model and torch's process state exactly as they were; the same model gives the same report."""
+"""Reliability: whatever the model does, tfcheck does not crash, reports a status for every check, leaves the
+model and torch's process state exactly as they were, stops a check that runs past its budget, runs on the
+declared device, refuses bad input with a message that says what to do, and writes only what it is asked to."""
 from __future__ import annotations
 
+import _thread
 import json
+import os
 import random
+import re
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tfcheck
+import tfcheck.engine as engine
 from reference_model import TransformerLM, broken
+from tfcheck import Status
+from tfcheck.budget import Deadline, time_budget
+from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 from tfcheck.engine import applicable_checks, load_subject
+from tfcheck.guard import placed_on
+
+CUDA = torch.cuda.is_available()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def snapshot(model: nn.Module) -> dict:
     return {
         "state": {k: v.clone() for k, v in model.state_dict(keep_vars=False).items()},
+        "tensors": [(id(t), t.device, t.data_ptr()) for t in [*model.parameters(), *model.buffers()]],
         "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
         "modes": [m.training for m in model.modules()],
         "requires_grad": [p.requires_grad for p in model.parameters()],
         "hooks": sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
                      for m in model.modules()),
         "process": (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled(),
-                    len(_get_current_function_mode_stack()), _get_current_dispatch_mode()),
+                    len(_get_current_function_mode_stack()), _get_current_dispatch_mode(),
+                    torch._C._len_torch_dispatch_stack(), torch.get_num_threads(), signal.getsignal(signal.SIGINT)),
         "rng": (torch.get_rng_state().clone(), random.getstate(), np.random.get_state()[1].copy()),
+        "cuda_rng": torch.cuda.get_rng_state_all() if CUDA and torch.cuda.is_initialized() else None,
     }
 
 
-def assert_same(before: dict, after: dict) -> None:
+def assert_same(before: dict, after: dict, where: str = "") -> None:
     assert before["state"].keys() == after["state"].keys()
-    assert all(torch.equal(before["state"][k], after["state"][k]) for k in before["state"])
+    assert all(torch.equal(before["state"][k], after["state"][k]) for k in before["state"]), where
+    assert before["tensors"] == after["tensors"], where  # the same tensors, on the same devices, same storage
     assert all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
-               for a, b in zip(before["grads"], after["grads"]))
+               for a, b in zip(before["grads"], after["grads"])), where
     for key in ("modes", "requires_grad", "hooks", "process"):
-        assert before[key] == after[key], key
-    assert torch.equal(before["rng"][0], after["rng"][0]) and before["rng"][1] == after["rng"][1]
-    assert np.array_equal(before["rng"][2], after["rng"][2])
+        assert before[key] == after[key], f"{key} {where}"
+    assert torch.equal(before["rng"][0], after["rng"][0]) and before["rng"][1] == after["rng"][1], where
+    assert np.array_equal(before["rng"][2], after["rng"][2]), where
+    if before["cuda_rng"] is not None:
+        assert all(torch.equal(a, b) for a, b in zip(before["cuda_rng"], after["cuda_rng"])), where
+
+
+@pytest.fixture
+def after_every_check(monkeypatch):
+    """Asserts, after each check the engine runs, that the model and the process are as they were before it."""
+    checked: list[str] = []
+    real = engine.run_check
+
+    def run_check(subject, chk):
+        before = snapshot(subject.model)
+        result = real(subject, chk)
+        assert_same(before, snapshot(subject.model), f"after {chk.id}")
+        checked.append(chk.id)
+        return result
+
+    monkeypatch.setattr(engine, "run_check", run_check)
+    return checked
 
 
 @pytest.mark.parametrize("make", [
@@ -49,15 +87,31 @@ def assert_same(before: dict, after: dict) -> None:
     lambda: broken.LinearInFeaturesMismatch(),        # raises mid-forward
     lambda: broken.CausalMaskHidesDiagonal(),         # NaN everywhere
     lambda: __import__("zoo").MutatesItself(),        # writes its weights and buffers, flips its mode
-], ids=["reference-lm-train-mode", "raises-mid-forward", "nan-output", "mutates-itself"])
-def test_the_whole_battery_leaves_model_and_process_as_they_were(make):
+    lambda: LeavesModesBehind(),                      # enters a torch function mode and never leaves it
+], ids=["reference-lm-train-mode", "raises-mid-forward", "nan-output", "mutates-itself", "leaves-modes-behind"])
+def test_every_check_leaves_model_and_process_as_they_were(make, after_every_check):
     model = make()
     for p in list(model.parameters())[:2]:
         p.grad = torch.full_like(p, 0.5)
     before = snapshot(model)
     report = tfcheck.run_checks(model)
     assert_same(before, snapshot(model))
-    assert report.models[0].results  # and it still reported
+    ran = [r.check for r in report.models[0].results if r.findings[0].evidence.get("blocked_by") != "forward.smoke"]
+    assert ran and after_every_check == ran  # every check that ran was checked; the blocked ones never ran
+
+
+class LeavesModesBehind(nn.Module):
+    """A forward that enters a TorchFunctionMode and never leaves it (a profiler wrapper gone wrong)."""
+
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+
+    def forward(self, input_ids):
+        torch.overrides.TorchFunctionMode().__enter__()
+        return self.head(self.embed(input_ids))
 
 
 def test_the_same_model_gives_the_same_report():
@@ -74,54 +128,377 @@ def test_the_same_model_gives_the_same_report():
     assert run() == first
 
 
-# ----- fuzzing: strange models, junk outputs, raising forwards --------------------------------------------
+# ----- time budgets -------------------------------------------------------------------------------------
 
-OUTPUTS = ["tensor", "tuple", "dict", "object", "none", "string", "scalar", "nested_junk"]
+class SleepyLM(nn.Module):
+    """A correct tiny LM whose every forward sleeps between two torch ops: a check of a few forwards fits a
+    budget of 0.3 s, the 30 training steps of train.overfit_batch do not."""
 
+    __tfcheck__ = {"kind": "decoder"}
+    NAP_S = 0.03
 
-class Fuzzed(nn.Module):
-    """A small causal-or-not model whose forward convention, output and failure come from the fuzzer."""
-
-    def __init__(self, vocab: int, width: int, output: str, raise_on_call: int | None, kind: str | None):
+    def __init__(self):
         super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        self.mix = nn.Linear(width, width)
-        self.head = nn.Linear(width, vocab)
-        self.output, self.raise_on_call, self.calls = output, raise_on_call, 0
-        if kind is not None:
-            self.__tfcheck__ = {"kind": kind}
+        self.embed, self.mix, self.head = nn.Embedding(50, 16), nn.Linear(16, 16), nn.Linear(16, 50)
 
     def forward(self, input_ids):
-        self.calls += 1
-        if self.raise_on_call is not None and self.calls >= self.raise_on_call:
-            raise RuntimeError("fuzzed failure deep in the model")
-        logits = self.head(torch.relu(self.mix(self.embed(input_ids))))
-        return {
-            "tensor": lambda: logits,
-            "tuple": lambda: (logits, None),
-            "dict": lambda: {"logits": logits, "extra": 3},
-            "object": lambda: type("Out", (), {"logits": logits})(),
-            "none": lambda: None,
-            "string": lambda: "not a tensor",
-            "scalar": lambda: logits.sum(),
-            "nested_junk": lambda: [[{"a": "b"}]],
-        }[self.output]()
+        x = self.embed(input_ids)
+        time.sleep(self.NAP_S)
+        return self.head(torch.relu(self.mix(x)))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(vocab=st.integers(5, 60), width=st.sampled_from([4, 8, 12]), output=st.sampled_from(OUTPUTS),
-       raise_on_call=st.one_of(st.none(), st.integers(1, 12)),
-       kind=st.sampled_from([None, "encoder", "decoder"]))
-def test_tfcheck_never_raises_and_reports_every_check(vocab, width, output, raise_on_call, kind):
-    model = Fuzzed(vocab, width, output, raise_on_call, kind)
-    try:
-        report = tfcheck.run_checks(model)
-    except tfcheck.UsageError as exc:  # bad input is a usage error with a message, never a crash
-        assert str(exc)
-        return
+class SpinsInOneModule(nn.Module):
+    """A forward that loops over tiny torch ops for seconds, with no submodule call and no sleep, and
+    swallows every Exception on the way."""
+
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        for _ in range(2_000_000):
+            try:
+                x = x + 0.0
+            except Exception:  # noqa: BLE001 - the budget must get through this
+                pass
+        return self.head(x)
+
+
+#: How late a stop may come on a loaded machine, beyond the op or nap that was running at the deadline.
+LATE_S = 0.5
+
+
+def test_a_check_over_budget_is_stopped_in_time_and_the_other_checks_run():
+    model = SleepyLM()
+    before = snapshot(model)
+    report = tfcheck.run_checks(model, budget_s=0.3)
+    assert_same(before, snapshot(model))
     results = {r.check: r for r in report.models[0].results}
-    expected = {c.id for c in applicable_checks(load_subject(Fuzzed(vocab, width, output, None, kind)))}
-    assert set(results) == expected
-    for r in results.values():
-        assert r.findings and all(f.status in tfcheck.Status and f.message for f in r.findings)
-        assert all(f.status is not tfcheck.Status.ERROR for f in r.findings), r.findings
+    assert set(results) == {c.id for c in applicable_checks(load_subject(SleepyLM()))}
+    stopped = results["train.overfit_batch"]
+    finding = stopped.findings[0]
+    assert stopped.status is Status.SKIP and finding.evidence["blocked_by"] == "budget_s"
+    assert 0.3 <= finding.evidence["elapsed_s"] < 0.3 + SleepyLM.NAP_S + LATE_S
+    for needle in ("train.overfit_batch stopped after", "budget_s=0.3 from run_checks() argument",
+                   "--set budget_s=1", "--tfcheck-set budget_s=1"):
+        assert needle in finding.message, finding.message
+    assert results["forward.smoke"].status is Status.PASS and results["shape.contract"].status is Status.PASS
+
+
+def test_a_check_over_budget_is_written_in_the_json_report(tmp_path, monkeypatch, capsys):
+    (tmp_path / "sleepy.py").write_text(
+        "import time, torch, torch.nn as nn\n\n"
+        "class SleepyLM(nn.Module):\n"
+        "    __tfcheck__ = {'kind': 'decoder'}\n\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)\n\n"
+        "    def forward(self, input_ids):\n"
+        "        x = self.embed(input_ids)\n"
+        "        time.sleep(0.03)\n"
+        "        return self.head(x)\n")
+    monkeypatch.chdir(tmp_path)
+    code = main(["check", "sleepy.py:SleepyLM", "--set", "budget_s=0.3", "--only", "train.overfit_batch",
+                 "--json", "r.json"])
+    assert code == EXIT_OK  # inconclusive is no failure
+    check = json.loads((tmp_path / "r.json").read_text())["models"][0]["checks"][-1]
+    assert check["check"] == "train.overfit_batch" and check["status"] == "skip"
+    assert "over budget_s=0.3 from --set" in check["findings"][0]["message"]
+    assert "sleepy.py:" in capsys.readouterr().out.replace("\n", "")  # where it was stopped
+
+
+def test_a_forward_over_budget_blocks_the_other_checks_instead_of_running_each_to_its_budget():
+    start = time.monotonic()
+    report = tfcheck.run_checks(SpinsInOneModule(), budget_s=0.2)
+    results = report.models[0].results
+    smoke = results[0]
+    assert smoke.check == "forward.smoke" and smoke.status is Status.SKIP
+    assert smoke.findings[0].evidence["elapsed_s"] < 0.2 + LATE_S
+    assert all(r.status is Status.SKIP and "blocked by forward.smoke" in r.findings[0].message for r in results[1:])
+    assert time.monotonic() - start < 5  # not one budget per check
+
+
+def test_a_budget_outside_the_main_thread_still_stops_the_check():
+    # No signal handler runs there: the deadline is then a mode on the stack from the start.
+    box = {}
+    worker = threading.Thread(target=lambda: box.update(report=tfcheck.run_checks(SpinsInOneModule(), budget_s=0.2)))
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive()
+    smoke = box["report"].models[0].results[0]
+    assert smoke.status is Status.SKIP and smoke.findings[0].evidence["elapsed_s"] < 0.2 + LATE_S
+
+
+def test_within_budget_no_mode_is_on_the_stack_in_the_main_thread():
+    # The zero-cost path: a TorchFunctionMode would cost a Python call per op (a third of a small battery).
+    with time_budget(10):
+        assert not any(isinstance(m, Deadline) for m in _get_current_function_mode_stack())
+    seen = []
+    worker = threading.Thread(target=lambda: seen.extend(_modes_inside_a_budget()))
+    worker.start()
+    worker.join(10)
+    assert any(isinstance(m, Deadline) for m in seen)
+
+
+def _modes_inside_a_budget():
+    with time_budget(10):
+        return list(_get_current_function_mode_stack())
+
+
+def test_a_budget_stops_between_ops_and_leaves_nothing_behind():
+    handler = signal.getsignal(signal.SIGINT)
+    x = torch.zeros(3)
+    with pytest.raises(tfcheck.budget.BudgetExceeded) as info:
+        with time_budget(0.05):
+            while True:
+                x = x + 1
+    assert info.value.budget_s == 0.05 and info.value.elapsed_s >= 0.05
+    assert signal.getsignal(signal.SIGINT) is handler and not _get_current_function_mode_stack()
+    assert torch.equal(x + 1, x + 1)  # ops run again
+
+
+def test_a_real_ctrl_c_still_interrupts_a_check():
+    with pytest.raises(KeyboardInterrupt):
+        with time_budget(30):
+            _thread.interrupt_main()  # what Ctrl-C does: SIGINT's handler runs in the main thread
+            for _ in range(1000):
+                time.sleep(0.001)
+
+
+# ----- devices ------------------------------------------------------------------------------------------
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(20, 8), nn.Linear(8, 20, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("scale", torch.ones(8))
+
+
+def test_placed_on_moves_every_tensor_and_puts_the_very_same_ones_back():
+    model = Tied()
+    model.embed.weight.grad = torch.ones_like(model.embed.weight)
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="inside"):
+        with placed_on(model, "meta") as moved:  # a device every machine has: exercises the move and back
+            assert moved
+            assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"meta"}
+            assert model.head.weight is model.embed.weight  # still tied
+            assert model.embed.weight.grad.device.type == "meta"
+            raise RuntimeError("inside")
+    assert_same(before, snapshot(model))
+    with placed_on(model, "cpu") as moved:
+        assert not moved  # already there: nothing is copied
+
+
+def test_device_cpu_declared_runs_there_and_says_so():
+    report = tfcheck.run_checks(TransformerLM, device="cpu")
+    assert report.status is Status.PASS, str(report)
+    assumed = {a.key: a for a in report.models[0].assumptions}
+    assert assumed["device"].value == "cpu" and assumed["device"].source == "run_checks() argument"
+
+
+@pytest.mark.skipif(CUDA, reason="this machine has CUDA")
+def test_an_unavailable_device_is_a_usage_error_that_says_what_to_do():
+    with pytest.raises(tfcheck.UsageError) as info:
+        tfcheck.run_checks(TransformerLM, device="cuda")
+    assert "device=cuda declared (run_checks() argument) but torch.cuda.is_available() is False" in str(info.value)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("spec", ["reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
+                                  "transformers:GPT2LMHeadModel"])
+def test_the_battery_runs_on_cuda_and_the_model_comes_back_to_the_cpu(spec, after_every_check):
+    if spec.startswith("transformers"):
+        pytest.importorskip("transformers")
+    subject = load_subject(spec)
+    model = subject.model
+    torch.cuda.init()
+    before = snapshot(model)
+    report = tfcheck.run_checks(model, device="cuda")
+    assert_same(before, snapshot(model))
+    assert all(t.device.type == "cpu" for t in model.parameters())
+    assert {r.status for r in report.models[0].results} <= {Status.PASS, Status.SKIP, Status.WARN}, str(report)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_a_cpu_battery_does_not_initialise_cuda():
+    import subprocess
+    import sys
+
+    code = ("import torch, tfcheck; from reference_model import TransformerLM; tfcheck.run_checks(TransformerLM); "
+            "print(torch.cuda.is_initialized())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_random_generators_are_restored():
+    torch.cuda.init()
+    torch.cuda.manual_seed_all(3)
+    before = torch.cuda.get_rng_state_all()
+    tfcheck.run_checks(broken.DropoutInEval, device="cuda")  # draws dropout masks on the GPU
+    assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all()))
+
+
+# ----- bad input: one table, the command line and the pytest plugin ---------------------------------------
+
+STRANGE = '''
+import torch, torch.nn as nn
+
+class _Base(nn.Module):
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+
+class ReturnsString(_Base):
+    def forward(self, tokens):
+        return "hidden states"
+
+class ReturnsNestedJunk(_Base):
+    def forward(self, tokens):
+        return [{"a": ("b", None)}, 3]
+
+NOT_A_MODEL = 42
+'''
+
+def case(name, spec, options, exit_code, outcome, needle, skip_if=None):
+    """One row: the spec, options (kind, value) given as --set / --json on the command line and as
+    --tfcheck-set / --tfcheck-json to pytest, the CLI exit code, the pytest outcome, what the message says."""
+    marks = [pytest.mark.skipif(skip_if[0], reason=skip_if[1])] if skip_if else []
+    return pytest.param(spec, options, exit_code, outcome, needle, id=name, marks=marks)
+
+
+LM = "reference_model:TransformerLM"
+ROOT_WRITES_ANYWHERE = (os.name != "posix" or os.geteuid() == 0, "root (or no POSIX permissions) writes anywhere")
+BAD_INPUT = [
+    case("does-not-import", "nosuch_module_q:Model", (), EXIT_USAGE, "load",
+         ("cannot import module 'nosuch_module_q'", "give a file path")),
+    case("raises-on-import", "raises_on_import.py:Model", (), EXIT_USAGE, "load",
+         ("raised ZeroDivisionError: division by zero", "raises_on_import.py:2). Fix the error in that module")),
+    case("missing-attribute", "zoo:NoSuchThing", (), EXIT_USAGE, "load", "has no attribute 'NoSuchThing'"),
+    case("not-a-model", "strange.py:NOT_A_MODEL", (), EXIT_USAGE, "load",
+         "is a int, not an nn.Module subclass, a factory returning one, or a module instance"),
+    case("factory-returns-junk", "zoo:factory_returning_junk", (), EXIT_USAGE, "load",
+         "returned a str, not an nn.Module"),
+    case("constructor-needs-arguments", "zoo:NeedsUnknownArgument", (), EXIT_USAGE, "load",
+         "needs argument(s) tokenizer_path that tfcheck cannot guess"),
+    case("constructor-raises", "zoo:ConstructorRaises", (), EXIT_USAGE, "load",
+         "d_model must be divisible by num_heads"),
+    case("forward-inputs-unknown", "zoo:NeedsExtraInput", (), EXIT_USAGE, "load",
+         "requires argument 'speaker_embedding', which tfcheck cannot build. Declare inputs=module:factory"),
+    case("returns-none", "zoo:ReturnsNothingUseful", (), EXIT_FAIL, "failed", "returned a NoneType with no tensor"),
+    case("returns-string", "strange.py:ReturnsString", (), EXIT_FAIL, "failed", "returned a str with no tensor"),
+    case("returns-nested-junk", "strange.py:ReturnsNestedJunk", (), EXIT_FAIL, "failed",
+         "returned a list with no tensor"),
+    case("unknown-key", LM, (("set", "causality=true"),), EXIT_USAGE, "usage",
+         ("unknown tfcheck declaration 'causality'", "valid keys are: kind, causal")),
+    case("wrong-type", LM, (("set", "kind=gpt"),), EXIT_USAGE, "usage",
+         ("bad value 'gpt' for tfcheck declaration 'kind'", "expected one of encoder, decoder")),
+    case("wrong-number", LM, (("set", "budget_s=-1"),), EXIT_USAGE, "usage",
+         "bad value '-1' for tfcheck declaration 'budget_s'"),
+    case("json-directory-missing", LM, (("json", "no/such/dir/r.json"),), EXIT_USAGE, "usage",
+         "the directory no/such/dir does not exist"),
+    case("json-is-a-directory", LM, (("json", "adir"),), EXIT_USAGE, "usage", "adir: that is a directory"),
+    case("json-under-a-file", LM, (("json", "afile/r.json"),), EXIT_USAGE, "usage", "afile is a file, not a directory"),
+    case("json-permission", LM, (("json", "locked/r.json"),), EXIT_USAGE, "usage", "permission denied",
+         skip_if=ROOT_WRITES_ANYWHERE),
+    case("device-unavailable", LM, (("set", "device=cuda"),), EXIT_USAGE, "load",
+         "torch.cuda.is_available() is False", skip_if=(CUDA, "this machine has CUDA")),
+]
+
+
+def _needles(needle: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (needle,) if isinstance(needle, str) else needle
+
+
+def _strange_files(folder: Path) -> None:
+    (folder / "strange.py").write_text(STRANGE)
+    (folder / "raises_on_import.py").write_text("import torch\nBROKEN = 1 / 0\n")
+    (folder / "adir").mkdir()
+    (folder / "afile").write_text("")
+    (folder / "locked").mkdir()
+    (folder / "locked").chmod(0o500)
+
+
+@pytest.mark.parametrize("spec,options,exit_code,outcome,needle", BAD_INPUT)
+def test_bad_input_on_the_command_line(spec, options, exit_code, outcome, needle, tmp_path, monkeypatch,
+                                       capsys):
+    _strange_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    argv = ["check", spec] + [a for kind, value in options for a in (f"--{kind}", value)]
+    assert main(argv) == exit_code
+    out, err = capsys.readouterr()
+    if exit_code == EXIT_USAGE:
+        assert err.startswith("tfcheck: error: "), err
+    assert all(n in " ".join((out + err).split()) for n in _needles(needle)), out + err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("spec,options,exit_code,outcome,needle", BAD_INPUT)
+def test_bad_input_under_pytest(spec, options, exit_code, outcome, needle, pytester):
+    _strange_files(pytester.path)
+    argv = ["--tfcheck", spec, "-k", "smoke"] + [a for kind, value in options for a in (f"--tfcheck-{kind}", value)]
+    result = pytester.runpytest(*argv)
+    expected = {"load": pytest.ExitCode.INTERRUPTED, "usage": pytest.ExitCode.USAGE_ERROR,
+                "failed": pytest.ExitCode.TESTS_FAILED}[outcome]
+    assert result.ret == expected
+    text = result.stdout.str() + result.stderr.str()
+    if outcome == "load":
+        assert f"tfcheck cannot load model {spec}" in text
+    assert all(n in " ".join(text.split()) for n in _needles(needle)), text
+    assert "Traceback" not in text
+
+
+# ----- security: no pickles, no downloads, no files but the ones asked for --------------------------------
+
+def test_tfcheck_neither_unpickles_nor_downloads():
+    sources = {p: p.read_text("utf-8") for p in (ROOT / "tfcheck").rglob("*.py")}
+    forbidden = re.compile(r"torch\.load\(|pickle\.loads?\(|from_pretrained\(|hf_hub_download|snapshot_download|"
+                           r"urllib|requests\.|http\.client|socket\.")
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p, text in sources.items() for m in forbidden.finditer(text)]
+    assert not found
+
+
+def test_a_hugging_face_model_from_its_config_opens_no_connection(monkeypatch):
+    pytest.importorskip("transformers")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"tfcheck tried to reach the network: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    report = tfcheck.run_checks("transformers:GPT2LMHeadModel", only=["forward.smoke", "shape.contract"])
+    assert report.status is Status.PASS, str(report)
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def test_the_command_line_writes_only_the_report_it_was_asked_for(tmp_path, monkeypatch, capsys):
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir(), home.mkdir()
+    for var in ("HOME", "XDG_CACHE_HOME", "HF_HOME", "TORCH_HOME"):
+        monkeypatch.setenv(var, str(home))
+    monkeypatch.chdir(work)
+    assert main(["check", "reference_model:TransformerLM", "--json", "r.json"]) == EXIT_OK
+    assert main(["check", "reference_model.broken:LMWithoutHead"]) == EXIT_FAIL
+    # A leak is shrunk to a minimal example by hypothesis, which must keep no .hypothesis folder here.
+    assert main(["check", "reference_model.broken:LMWithoutCausalMask", "--only", "mask.causal"]) == EXIT_FAIL
+    assert _files(work) == {"r.json"} and _files(home) == set()  # no .hypothesis, no cache, no pycache
+
+
+def test_the_plugin_writes_only_the_report_it_was_asked_for(pytester):
+    before = _files(pytester.path)
+    # Without pytest's own cache and pytest-benchmark's folder, which are theirs, not tfcheck's.
+    pytester.runpytest("--tfcheck", "reference_model:TransformerLM", "-p", "no:cacheprovider", "-p", "no:benchmark",
+                       "--tfcheck-json", "r.json").assert_outcomes(passed=len(applicable_checks(
+                           load_subject("reference_model:TransformerLM"))))
+    assert _files(pytester.path) - before == {"r.json"}

@@ -1,20 +1,33 @@
 """Time budgets: a check stops between two torch operations once its wall-clock budget is spent.
 
-The deadline is a ``TorchFunctionMode``: every torch call made while it is active (the model's forward,
-a check's own tensor arithmetic, each step of a training loop) first compares the clock with the
-deadline. A single call that never returns (a sleep, a C loop, a pure-Python loop without torch ops)
-is stopped at its next torch operation, not inside it.
+The deadline is a ``TorchFunctionMode`` (``Deadline``): once engaged, every torch call (the model's
+forward, a check's own tensor arithmetic, each step of a training loop) raises ``BudgetExceeded``. A mode
+on the stack costs a Python call per torch operation (about 2 µs: a quarter of the time of the reference
+LM's battery), so in the main thread it is not engaged until the budget is spent: a watchdog thread wakes at
+the deadline and has the main thread insert the mode, through the SIGINT handler (a real Ctrl-C still
+reaches the previous handler). Outside the main thread, where Python runs no signal handler, the mode
+is engaged from the start and compares the clock at every call.
+
+What no deadline between operations can stop: a single call that never returns (a sleep, a C loop, a
+pure-Python loop without torch operations) runs until it returns; the next torch operation then raises.
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
+import os
+import signal
+import threading
 import time
 from typing import Iterator
 
+import torch
 from torch.overrides import TorchFunctionMode
 
 #: Seconds a check may run when ``budget_s`` is not declared.
 DEFAULT_BUDGET_S = 120.0
+#: How long leaving a budget waits for a watchdog wake-up already on its way to the main thread.
+_DRAIN_S = 1.0
 
 
 class BudgetExceeded(BaseException):
@@ -29,21 +42,16 @@ class BudgetExceeded(BaseException):
 
 
 class Deadline(TorchFunctionMode):
-    """Raises BudgetExceeded at the first torch call after ``budget_s`` seconds, and at every call after
-    that one, so a model that swallows the first one is still stopped at its next operation."""
+    """Raises BudgetExceeded at every torch call made after the deadline, so that a model which swallows
+    one is still stopped at its next operation."""
 
     def __init__(self, budget_s: float):
         super().__init__()
         self.budget_s = budget_s
-        self.start = self.deadline = 0.0
-
-    def __enter__(self) -> "Deadline":
         self.start = time.monotonic()
-        self.deadline = self.start + self.budget_s
-        return super().__enter__()
+        self.deadline = self.start + budget_s
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        # One clock read per call: a few tens of nanoseconds against the mode's own dispatch cost.
         now = time.monotonic()
         if now > self.deadline:
             raise BudgetExceeded(self.budget_s, now - self.start)
@@ -52,7 +60,140 @@ class Deadline(TorchFunctionMode):
 
 @contextlib.contextmanager
 def time_budget(budget_s: float | None) -> Iterator[Deadline]:
-    """The deadline active for the block; ``None`` means the default budget."""
+    """The block runs under a deadline of ``budget_s`` seconds (``None``: the default budget); a torch
+    call after it raises BudgetExceeded. Leaves no mode, handler or thread behind."""
     deadline = Deadline(DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
-    with deadline:
+    watchdog = _Watchdog(deadline) if threading.current_thread() is threading.main_thread() else None
+    try:
+        if watchdog is not None:
+            watchdog.__enter__()
+    except ValueError:  # signal handlers cannot be set here (a subinterpreter)
+        watchdog = None
+    if watchdog is None:
+        with deadline:
+            yield deadline
+        return
+    try:
         yield deadline
+    finally:
+        watchdog.__exit__()
+
+
+class _Watchdog:
+    """Engages a Deadline in the main thread when it passes, at no cost per operation before that.
+
+    The alarm thread cannot touch the main thread's mode stack (it is thread-local), so it trips SIGINT
+    with ``_thread.interrupt_main`` (no signal is sent to the process), and the handler, which Python runs
+    in the main thread between two bytecodes, inserts the Deadline at the depth the stack had when the
+    budget began: modes entered since (the recorder's) stay above it and leave in order.
+    """
+
+    def __init__(self, deadline: Deadline):
+        self.deadline = deadline
+        self.depth = torch._C._len_torch_function_stack()
+        self.fired = self.handled = self.closed = self.engaged = False
+        self.previous = None
+
+    def __enter__(self) -> "_Watchdog":
+        self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        _ALARM.arm(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ALARM.disarm(self)  # after this the alarm thread cannot fire any more
+        self.closed = True
+        if self.fired:
+            # The wake-up is on its way: let this handler take it rather than the previous one, which
+            # would turn it into a KeyboardInterrupt.
+            give_up = time.monotonic() + _DRAIN_S
+            while not self.handled and time.monotonic() < give_up:
+                time.sleep(0.001)
+        # None: a handler not installed from Python; SIG_DFL is the nearest thing to put back.
+        signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+        if self.engaged:
+            _remove_mode(self.deadline)
+
+    def fire(self) -> None:  # in the alarm thread
+        self.fired = True
+        _thread.interrupt_main(signal.SIGINT)
+
+    def _on_sigint(self, signum, frame) -> None:  # in the main thread
+        if self.fired and not self.handled:
+            self.handled = True
+            if not self.closed:
+                _insert_mode(self.deadline, self.depth)
+                self.engaged = True
+            return
+        previous = self.previous
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+class _Alarm:
+    """One daemon thread for every budget of the process (a thread started per check would cost more
+    than the check's bookkeeping): it sleeps until the earliest armed deadline and fires its watchdog."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Fresh state; also in a forked child (a DataLoader worker), where the thread does not exist and
+        the lock may have been held at the fork."""
+        self.cond = threading.Condition()
+        self.armed: list[_Watchdog] = []  # more than one only when budgets nest
+        self.thread: threading.Thread | None = None
+
+    def arm(self, watchdog: _Watchdog) -> None:
+        with self.cond:
+            self.armed.append(watchdog)
+            if self.thread is None or not self.thread.is_alive():  # first use, or a forked child
+                self.thread = threading.Thread(target=self._run, name="tfcheck-budget", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    def disarm(self, watchdog: _Watchdog) -> None:
+        # No notify: the thread wakes at the old deadline, finds it disarmed, and waits again.
+        with self.cond:
+            if watchdog in self.armed:
+                self.armed.remove(watchdog)
+
+    def _run(self) -> None:
+        with self.cond:
+            while True:
+                if not self.armed:
+                    self.cond.wait()
+                    continue
+                first = min(self.armed, key=lambda w: w.deadline.deadline)
+                remaining = first.deadline.deadline - time.monotonic()
+                if remaining > 0:
+                    self.cond.wait(remaining)
+                    continue
+                self.armed.remove(first)
+                first.fire()  # under the lock: disarm() returns either before this or after it
+
+
+_ALARM = _Alarm()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ALARM.reset)
+
+
+def _insert_mode(mode: TorchFunctionMode, depth: int) -> None:
+    above = []
+    while torch._C._len_torch_function_stack() > depth:
+        above.append(torch._C._pop_torch_function_stack())
+    torch._C._push_on_torch_function_stack(mode)
+    for m in reversed(above):
+        torch._C._push_on_torch_function_stack(m)
+
+
+def _remove_mode(mode: TorchFunctionMode) -> None:
+    above = []
+    while torch._C._len_torch_function_stack() > 0:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for m in reversed(above):  # all of them when the mode was already gone
+        torch._C._push_on_torch_function_stack(m)

@@ -1,10 +1,12 @@
 """Leave the model exactly as it was: parameters, buffers, gradients, train/eval mode, requires_grad,
-hooks and the random number generators are restored after every check, whatever the check or the model did."""
+hooks, the random number generators (CPU and CUDA) and torch's process-wide settings and modes are
+restored after every check, whatever the check or the model did. ``placed_on`` runs a check on another
+device and puts every tensor back where it was."""
 from __future__ import annotations
 
 import contextlib
 import random
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -39,29 +41,22 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     buffers = [(b, baseline.values[id(b)] if baseline is not None and id(b) in baseline.values else b.detach().clone())
                for _, b in model.named_buffers()]
     hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
-    py_state = random.getstate()
-    np_state = _numpy_state()
-    # Process-wide torch settings a model's forward (or a check) could flip.
-    default_dtype, grad_enabled = torch.get_default_dtype(), torch.is_grad_enabled()
-    anomaly = torch.is_anomaly_enabled()
+    process = _ProcessState()
     try:
-        with torch.random.fork_rng(devices=[]):
-            yield written
+        yield written
     finally:
-        random.setstate(py_state)
-        _set_numpy_state(np_state)
-        torch.set_default_dtype(default_dtype)
-        torch.set_grad_enabled(grad_enabled)
-        torch.set_anomaly_enabled(anomaly)
+        process.restore()
         with torch.no_grad():
             for name, p in params:
                 if id(p) in values:
+                    saved = _beside(values[id(p)], p)
                     # The version counter misses writes through .data; the comparison does not.
-                    if p._version != versions[id(p)] or not torch.equal(p.detach(), values[id(p)]):
-                        p.copy_(values[id(p)])
+                    if p._version != versions[id(p)] or not torch.equal(p.detach(), saved):
+                        p.copy_(saved)
                 elif p._version != versions[id(p)]:
                     written.append(name)
             for b, saved in buffers:
+                saved = _beside(saved, b)
                 if b.shape == saved.shape and not torch.equal(b, saved):
                     b.copy_(saved)
         for p, requires_grad, grad in flags:
@@ -77,6 +72,64 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
                     current.update(entries)
 
 
+def _beside(saved: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """The saved copy on the live tensor's device (a baseline taken on one device, compared on another)."""
+    return saved if saved.device == live.device else saved.to(live.device)
+
+
+class _ProcessState:
+    """What a forward or a check can change outside the model: the random generators, torch's default
+    dtype, grad and anomaly modes, and the stacks of torch function and dispatch modes (a model that
+    enters a mode and never leaves it)."""
+
+    def __init__(self):
+        self.python = random.getstate()
+        self.numpy = _numpy_state()
+        self.cpu = torch.get_rng_state()
+        # Only when CUDA is already initialised: saving its state must not initialise it.
+        self.cuda = torch.cuda.get_rng_state_all() if _cuda_initialized() else None
+        self.default_dtype, self.grad_enabled = torch.get_default_dtype(), torch.is_grad_enabled()
+        self.anomaly = torch.is_anomaly_enabled()
+        self.function_modes = torch._C._len_torch_function_stack()
+        self.dispatch_modes = torch._C._len_torch_dispatch_stack()
+
+    def restore(self) -> None:
+        _pop_down_to(self.function_modes, torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack)
+        _pop_down_to(self.dispatch_modes, torch._C._len_torch_dispatch_stack, _pop_dispatch_mode)
+        random.setstate(self.python)
+        _set_numpy_state(self.numpy)
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        elif _cuda_initialized():
+            _reseed_fresh_cuda()
+        torch.set_default_dtype(self.default_dtype)
+        torch.set_grad_enabled(self.grad_enabled)
+        torch.set_anomaly_enabled(self.anomaly)
+
+
+def _pop_down_to(depth: int, length: Callable[[], int], pop: Callable[[], Any]) -> None:
+    while length() > depth:
+        pop()
+
+
+def _pop_dispatch_mode() -> None:
+    from torch.utils._python_dispatch import _pop_mode
+
+    _pop_mode()
+
+
+def _cuda_initialized() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _reseed_fresh_cuda() -> None:
+    """CUDA was first initialised during the block: put each device's generator back to its fresh state
+    (its initial seed, offset 0), the state it would have had had nothing drawn from it."""
+    for generator in torch.cuda.default_generators:
+        generator.manual_seed(generator.initial_seed())
+
+
 def _numpy_state():
     try:
         import numpy as np
@@ -90,3 +143,74 @@ def _set_numpy_state(state) -> None:
         import numpy as np
 
         np.random.set_state(state)
+
+
+# ----- devices ---------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def placed_on(model: nn.Module, device: torch.device | str | None) -> Iterator[bool]:
+    """The model on ``device`` for the block, placed as ``model.to(device)`` would place it (parameters
+    keep their identity where torch can move them in place, buffers are replaced); yields whether
+    anything moved. On exit every parameter, gradient and buffer is again the very tensor it was, with its
+    original data on its original device: nothing is copied back, so nothing the block did to the moved
+    copies survives."""
+    undo: list[Callable[[], None]] = []
+    try:
+        target = None if device is None else torch.device(device)
+        moved = target is not None and any(_elsewhere(t, target) for t in [*model.parameters(), *model.buffers()])
+        if moved:
+            _move(model, target, undo)
+        yield moved
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def _elsewhere(t: torch.Tensor, device: torch.device) -> bool:
+    if t.device.type != device.type:
+        return True
+    return device.index is not None and t.device.index != device.index
+
+
+def _move(model: nn.Module, device: torch.device, undo: list[Callable[[], None]]) -> None:
+    moved_params: dict[int, nn.Parameter] = {}
+    moved_buffers: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for key, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in moved_params:  # a tied weight is moved once and stays tied
+                moved_params[id(p)] = _move_parameter(p, device, undo)
+            if moved_params[id(p)] is not p:
+                module._parameters[key] = moved_params[id(p)]
+                undo.append(lambda m=module, k=key, original=p: m._parameters.__setitem__(k, original))
+        for key, b in list(module._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in moved_buffers:
+                with torch.no_grad():
+                    moved_buffers[id(b)] = b.to(device)
+            module._buffers[key] = moved_buffers[id(b)]
+            undo.append(lambda m=module, k=key, original=b: m._buffers.__setitem__(k, original))
+
+
+def _move_parameter(p: nn.Parameter, device: torch.device, undo: list[Callable[[], None]]) -> nn.Parameter:
+    """The parameter on ``device``: the same object with its data swapped where torch allows it (CPU and
+    CUDA), else a new Parameter (as Module._apply does); its gradient goes along."""
+    with torch.no_grad():
+        data = p.data.to(device)
+    grad = p.grad
+    if torch._has_compatible_shallow_copy_type(p, data) and \
+            not torch.__future__.get_overwrite_module_params_on_conversion():
+        original = p.data
+        p.data = data
+        undo.append(lambda: setattr(p, "data", original))
+        if grad is not None:
+            original_grad = grad.data
+            grad.data = grad.data.to(device)
+            undo.append(lambda: setattr(grad, "data", original_grad))
+        return p
+    moved = nn.Parameter(data, requires_grad=p.requires_grad)
+    if grad is not None:
+        moved.grad = grad.detach().to(device)
+    return moved

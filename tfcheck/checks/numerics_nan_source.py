@@ -55,8 +55,11 @@ def nan_source(ctx) -> list[Finding]:
             loss = (out[real] * weights).sum()
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             ctx.count_backward(probe.batch * probe.length)
-    per_sample = [bool((~torch.isfinite(out[i].detach())).any()) if out.is_floating_point() else False
-                  for i in range(out.shape[0])]
+    if real is None:
+        return [Finding(ID, Status.SKIP, f"inconclusive: the output {tuple(out.shape)} is not laid out (batch, length, "
+                        f"...) like the padded batch {tuple(keep.shape)}, so real and padded positions cannot be told "
+                        "apart", evidence={"output_shape": tuple(out.shape), "batch": tuple(keep.shape)})]
+    per_sample = [bool((~torch.isfinite(out[i].detach())).any()) for i in range(out.shape[0])]
     bad_grads = [name for (name, p), g in zip(_named(subject.model, params), grads)
                  if g is not None and not all_finite(g)]
     evidence = {"batch": ["full", "half padded", "fully padded"], "length": probe.length,

@@ -1,0 +1,197 @@
+"""Fuzzing: many models, random sizes and forward conventions, defects from the test zoo and the broken
+gallery, forwards that raise or return junk, budgets that cut checks off anywhere. Whatever comes,
+tfcheck never raises (bad input is a UsageError with a message), reports a status for every check that
+applies, and leaves the model as it was."""
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import torch
+import torch.nn as nn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tfcheck
+from reference_model import Seq2SeqTransformer, TransformerEncoder, TransformerLM, broken
+from test_reliability import assert_same, snapshot
+from tfcheck import Status
+from tfcheck.engine import applicable_checks, load_subject
+
+FUZZ = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+OUTPUTS = ["tensor", "tensor", "tensor", "tuple", "dict", "object", "none", "string", "scalar", "nested_junk"]
+CONVENTIONS = ["input_ids", "with_mask", "nanogpt", "varargs", "features"]
+
+
+def _zoo() -> list[type]:
+    """Every model of the test zoo that builds without arguments, the broken gallery, the reference models."""
+    found: list[type] = [TransformerEncoder, TransformerLM, Seq2SeqTransformer, *broken.VARIANTS]
+    for name in ("zoo", "zoo_flow", "zoo_heads", "zoo_masks", "zoo_numerics", "zoo_training"):
+        module = importlib.import_module(name)
+        for attr, value in sorted(vars(module).items()):
+            if attr.startswith("_") or not (inspect.isclass(value) and issubclass(value, nn.Module)) \
+                    or value.__module__ != name:
+                continue
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    value()
+            except Exception:  # noqa: BLE001 - needs arguments, or raises on purpose (ConstructorRaises)
+                continue
+            found.append(value)
+    return found
+
+
+ZOO = _zoo()
+
+
+def _shaped(output: torch.Tensor, style: str):
+    return {
+        "tensor": lambda: output,
+        "tuple": lambda: (output, None),
+        "dict": lambda: {"logits": output, "extra": 3},
+        "object": lambda: type("Out", (), {"logits": output})(),
+        "none": lambda: None,
+        "string": lambda: "not a tensor",
+        "scalar": lambda: output.sum(),
+        "nested_junk": lambda: [[{"a": "b"}]],
+    }[style]()
+
+
+class RandomTransformer(nn.Module):
+    """A small Transformer of random sizes whose forward convention, output and failure the fuzzer picks."""
+
+    def __init__(self, vocab, width, heads, layers, dropout, convention, output, raise_on_call, kind):
+        super().__init__()
+        self.convention, self.output, self.raise_on_call, self.calls = convention, output, raise_on_call, 0
+        self.causal = kind == "decoder"
+        if convention != "features":
+            self.embed = nn.Embedding(vocab, width)
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+        if kind is not None:
+            self.__tfcheck__ = {"kind": kind}
+
+    def _run(self, x, keep=None):
+        self.calls += 1
+        if self.raise_on_call is not None and self.calls >= self.raise_on_call:
+            raise RuntimeError("fuzzed failure deep in the model")
+        h = x if self.convention == "features" else self.embed(x)
+        s = h.shape[1]
+        # True above the diagonal: may not attend.
+        mask = torch.ones(s, s, dtype=torch.bool, device=h.device).triu(1) if self.causal else None
+        pad = None if keep is None else ~keep.bool()
+        return self.head(self.body(h, mask=mask, src_key_padding_mask=pad, is_causal=self.causal))
+
+    def forward(self, *args, **kwargs):
+        if self.convention == "with_mask":
+            return _shaped(self._run(args[0], kwargs.get("attention_mask")), self.output)
+        if self.convention == "nanogpt":
+            logits = self._run(args[0])
+            targets = kwargs.get("targets")
+            loss = None if targets is None else nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            return _shaped(logits, self.output) if self.output != "tensor" else (logits, loss)
+        return _shaped(self._run(args[0]), self.output)
+
+
+def _signature(convention: str) -> inspect.Signature:
+    P = inspect.Parameter
+    params = {
+        "input_ids": [P("input_ids", P.POSITIONAL_OR_KEYWORD)],
+        "with_mask": [P("input_ids", P.POSITIONAL_OR_KEYWORD),
+                      P("attention_mask", P.POSITIONAL_OR_KEYWORD, default=None)],
+        "nanogpt": [P("idx", P.POSITIONAL_OR_KEYWORD), P("targets", P.POSITIONAL_OR_KEYWORD, default=None)],
+        "varargs": [P("args", P.VAR_POSITIONAL)],
+        "features": [P("x", P.POSITIONAL_OR_KEYWORD)],
+    }[convention]
+    return inspect.Signature(params)
+
+
+def random_model(vocab, width, heads, layers, dropout, convention, output, raise_on_call, kind) -> nn.Module:
+    model = RandomTransformer(vocab, width, heads, layers, dropout, convention, output, raise_on_call, kind)
+    # The forward convention is what tfcheck reads off the signature: give this instance's forward that one.
+    forward = model.forward
+
+    def conventional(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    conventional.__signature__ = _signature(convention)
+    model.forward = conventional
+    return model
+
+
+class Strange(nn.Module):
+    """A zoo model behind a wrapper that returns junk or raises on its k-th call."""
+
+    def __init__(self, inner: nn.Module, output: str, raise_on_call: int | None):
+        super().__init__()
+        self.inner, self.output, self.raise_on_call, self.calls = inner, output, raise_on_call, 0
+        declared = getattr(inner, "__tfcheck__", None)
+        if isinstance(declared, dict):
+            self.__tfcheck__ = dict(declared)
+        self.max_len = getattr(inner, "max_len", None) or getattr(inner, "block_size", None) or 64
+        forward = self._forward
+
+        def conventional(*args, **kwargs):  # the inner model's signature, read by tfcheck
+            return forward(*args, **kwargs)
+
+        conventional.__signature__ = inspect.signature(inner.forward)
+        self.forward = conventional
+
+    def _forward(self, *args, **kwargs):
+        self.calls += 1
+        if self.raise_on_call is not None and self.calls >= self.raise_on_call:
+            raise ValueError("fuzzed failure in a wrapper")
+        out = self.inner(*args, **kwargs)
+        return out if self.output == "tensor" or not isinstance(out, torch.Tensor) else _shaped(out, self.output)
+
+
+def check_the_battery(model: nn.Module, **declared) -> None:
+    """The fuzz property: no exception but a UsageError, every applicable check reported with a status, no
+    tfcheck error, the model as it was."""
+    for p in list(model.parameters())[:1]:
+        p.grad = torch.full_like(p, 0.25)
+    before = snapshot(model)
+    try:
+        report = tfcheck.run_checks(model, **declared)
+    except tfcheck.UsageError as exc:  # bad input is a usage error with a message, never a crash
+        assert str(exc)
+        assert_same(before, snapshot(model))
+        return
+    assert_same(before, snapshot(model))
+    results = {r.check: r for r in report.models[0].results}
+    declared_again = tfcheck.declarations.from_mapping(declared, "fuzz")
+    assert set(results) == {c.id for c in applicable_checks(load_subject(model, declared_again))}
+    for r in results.values():
+        assert r.findings and all(f.status in Status and f.message for f in r.findings), r
+        assert all(f.status is not Status.ERROR for f in r.findings), r.findings
+
+
+@FUZZ
+@given(vocab=st.integers(5, 60), width=st.sampled_from([4, 8, 12, 16]), heads=st.sampled_from([1, 2, 4]),
+       layers=st.integers(1, 2), dropout=st.sampled_from([0.0, 0.1]), convention=st.sampled_from(CONVENTIONS),
+       output=st.sampled_from(OUTPUTS), raise_on_call=st.one_of(st.none(), st.none(), st.integers(1, 40)),
+       kind=st.sampled_from([None, "encoder", "decoder"]), budget_s=st.sampled_from([None, None, 0.005, 0.02, 0.05]))
+def test_random_transformers_never_break_tfcheck(vocab, width, heads, layers, dropout, convention, output,
+                                                 raise_on_call, kind, budget_s):
+    if width % heads:
+        heads = 1
+    model = random_model(vocab, width, heads, layers, dropout, convention, output, raise_on_call, kind)
+    declared = {"budget_s": budget_s} if budget_s is not None else {}
+    if convention == "features":
+        declared["d_model"] = width
+    check_the_battery(model, **declared)
+
+
+@FUZZ
+@given(cls=st.sampled_from(ZOO), output=st.sampled_from(OUTPUTS),
+       raise_on_call=st.one_of(st.none(), st.integers(1, 40)),
+       wrapped=st.booleans(), budget_s=st.sampled_from([None, None, 0.005, 0.02, 0.05]))
+def test_zoo_models_and_their_strange_wrappers_never_break_tfcheck(cls, output, raise_on_call, wrapped, budget_s):
+    with torch.random.fork_rng(devices=[]):  # the same weights every run, the suite's generator untouched
+        torch.manual_seed(0)
+        inner = cls()
+    model = Strange(inner, output, raise_on_call) if wrapped else inner
+    check_the_battery(model, **({"budget_s": budget_s} if budget_s is not None else {}))
