@@ -170,11 +170,14 @@ class Recording:
 class Recorder:
     """``with Recorder(model) as rec: model(x)`` records into ``rec.recording``.
 
-    ``functions`` / ``aten`` switch the two op levels; ``on_op(event, args, kwargs, out)`` sees real values.
+    ``functions`` / ``aten`` switch the two op levels; ``aten`` may also be a set of function names whose
+    aten internals alone are recorded (the dispatch level costs a Python call per aten op, so a trace that
+    shows only the insides of fused calls records only those). ``on_op(event, args, kwargs, out)`` sees
+    real values.
     """
 
-    def __init__(self, model: nn.Module, functions: bool = True, aten: bool = True, on_op: OnOp | None = None,
-                 track_ids: bool = False):
+    def __init__(self, model: nn.Module, functions: bool = True, aten: bool | frozenset[str] = True,
+                 on_op: OnOp | None = None, track_ids: bool = False):
         self.model = model
         self.recording = Recording()
         self.on_op = on_op
@@ -187,7 +190,8 @@ class Recorder:
         self._function_op: int | None = None
         if functions:
             self._modes.append(_FunctionMode(self))
-        if aten:
+        self._aten_inside = aten if isinstance(aten, frozenset) else None
+        if aten is True:
             self._modes.append(_DispatchMode(self))
 
     def __enter__(self) -> "Recorder":
@@ -280,7 +284,11 @@ class Recorder:
         if level == "function":
             self._function_op = event.index
         try:
-            out = func(*args, **kwargs)
+            if self._aten_inside is not None and level == "function" and event.short_name in self._aten_inside:
+                with _DispatchMode(self):
+                    out = func(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
         except BaseException:
             event.raised = True
             raise

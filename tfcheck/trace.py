@@ -181,7 +181,7 @@ def _trace_meta(model: nn.Module, args: tuple, kwargs: dict) -> Trace:
 
 def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) -> Trace:
     call = call or model
-    recorder = Recorder(model)
+    recorder = Recorder(model, aten=FUSED)  # a trace shows aten ops only inside fused calls
     error = None
     with visible_attention(), recorder, torch.no_grad():
         try:
