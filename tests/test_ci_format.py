@@ -107,6 +107,13 @@ def test_bad_format_values_are_usage_errors(pytester, capsys):
     result.stderr.fnmatch_lines(["*--tfcheck-format: invalid choice: 'xml' (choose from 'text', 'github')*"])
 
 
+def _junit_id(case) -> str:
+    """tfcheck[SPEC]::CHECK_ID: pytest 9.0 writes it all as the name, pytest 9.2 splits it into classname
+    tfcheck[SPEC] and name CHECK_ID."""
+    classname, name = case.get("classname") or "", case.get("name")
+    return f"{classname}::{name}" if classname and "::" not in name else name
+
+
 def test_the_docs_ci_page_runs_as_written(pytester, monkeypatch):
     """docs/ci.md's pyproject entries, its mymodel.py and the workflow's exact pytest command: JUnit XML with one
     testcase per check, and one ::error line at the model's source line for the one failure."""
@@ -121,7 +128,7 @@ def test_the_docs_ci_page_runs_as_written(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
     suite = ET.parse(pytester.path / "reports" / "tfcheck.xml").getroot().find("testsuite")
-    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    cases = {_junit_id(case): case for case in suite.iter("testcase")}
     failed = sorted(name for name, case in cases.items() if case.find("failure") is not None)
     assert failed == ["tfcheck[mymodel:GPT]::mask.causal"]
     assert "tfcheck[reference_model:TransformerLM]::mask.causal" in cases
