@@ -221,3 +221,19 @@ def test_sparkline_and_svg_show_the_curve(tmp_path):
     assert sparkline([1.0] * 100 + [0.0] * 100, width=4) == "██▁▁"
     svg = curve_svg([0, 2, 1], tmp_path / "lr.svg").read_text()
     assert svg.startswith("<svg") and "peak 2 at step 1, 3 steps" in svg
+
+
+class _LMWithAnIdleLayer(TransformerLM):
+    """A correct LM that also holds a layer its forward never calls (as an optional branch would)."""
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        self.global_proj = torch.nn.Linear(self.config.d_model, self.config.d_model)
+
+
+def test_parameters_of_a_module_that_never_ran_are_a_warning_that_names_both_stories():
+    result = tfcheck.run_checks(_LMWithAnIdleLayer, only=["train.grad_flow"]).models[0].result("train.grad_flow")
+    assert result.status is Status.WARN, str(result)
+    finding = result.findings[0]
+    assert finding.evidence["modules_never_called"] == ["global_proj"] and finding.row == "param-gets-no-gradient"
+    assert "optional branch" in finding.message and "never used in forward" in finding.message

@@ -374,6 +374,40 @@ class GPT(nn.Module):
         return idx
 
 
+class _ParallelBlock(_Block):
+    """GPT-J / Falcon's parallel block, written the way Falcon does: the MLP's output accumulates the
+    attention's in place, then joins the stream once."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.ln_2  # one norm feeds both branches
+
+    def forward(self, x):
+        h = self.ln_1(x)
+        out = self.mlp(h)
+        out += self.attn(h)
+        return x + out
+
+
+class ParallelGPT(GPT):
+    """nanoGPT with parallel attention and MLP blocks (x + attn(ln(x)) + mlp(ln(x)))."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        _seed()
+        self.transformer.h = nn.ModuleList([_ParallelBlock(config) for _ in range(config.n_layer)])
+
+
+def hf_eager(cls_name: str, **sizes):
+    """A Hugging Face model with eager attention (what output_attentions needs): explicit scores plus an
+    additive 4-d mask, which must not pass for a residual add."""
+    import transformers
+
+    cls = getattr(transformers, cls_name)
+    _seed()
+    return cls(cls.config_class(vocab_size=VOCAB, attn_implementation="eager", **sizes))
+
+
 # ----- x-transformers ---------------------------------------------------------------------------------
 
 def x_decoder():

@@ -160,8 +160,9 @@ def _operands(name: str, args: tuple, kwargs: dict) -> tuple[list[torch.Tensor |
         if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
             rest = tuple(rest[0])
         return tensors(*rest), {"equation": args[0] if args and isinstance(args[0], str) else None}
-    if name == "baddbmm":
-        return tensors(*args[1:3]), {}
+    if name == "baddbmm":  # baddbmm(input, batch1, batch2), also by keyword (Bloom's alibi.baddbmm(batch1=q, ...))
+        return tensors(kwargs.get("batch1", args[1] if len(args) > 1 else None),
+                       kwargs.get("batch2", args[2] if len(args) > 2 else None)), {}
     if name == "__rmatmul__":  # a.__rmatmul__(b) is b @ a
         return tensors(*args[1:2], *args[:1]), {}
     if name in SOFTMAXES:

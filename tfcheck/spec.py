@@ -36,6 +36,10 @@ for _names, _value in [
      "hidden_dropout_prob attention_probs_dropout_prob", 0.1),
     ("pad_id pad_idx padding_idx pad_token_id", 0),
     ("d_k d_v head_dim dim_head d_kv", 8),
+    # Rotary embedding on part of each head (GPT-J, CodeGen): at most the small head size, 32 / 4 = 8.
+    ("rotary_dim", 4),
+    # GPT-Neo's per-layer pattern must cover num_layers (its default describes 24 layers).
+    ("attention_types", [[["global", "local"], 1]]),
     ("encoder_attention_heads decoder_attention_heads num_key_value_heads", 4),
     # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
     ("num_experts num_local_experts n_routed_experts", 4),
@@ -268,8 +272,16 @@ def small_config(origin: Any, param: inspect.Parameter) -> Any | None:
     small = {n: v for n, v in SMALL_VALUES.items() if n in names}
     try:
         return cls(**small)
-    except Exception:
-        return None
+    except Exception as exc:  # noqa: BLE001 - the config's own validation, said as it is
+        raise SpecError(
+            f"tfcheck builds {getattr(origin, '__name__', origin)} from a small {cls.__name__} ({_brief_values(small)}), "
+            f"and the config refused it: {type(exc).__name__}: {exc}. Give tfcheck a factory that builds the model "
+            "from a config you set up (spec path/to/file.py:make_model), or an instance"
+        ) from None
+
+
+def _brief_values(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
 def _annotation_class(origin: Any, name: str) -> Any | None:

@@ -34,6 +34,8 @@ BATCH = PROBE_BATCH
 #: model_type values of the families that fold 1/√d_k into the initialisation of the query projection
 #: and run unscaled attention by design (Raffel et al. 2020, Mesh TensorFlow).
 UNSCALED_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano", "udop")
+#: model_type values of families that run unscaled attention as released (their weights were trained so).
+UNSCALED_AS_RELEASED = ("gpt_neo",)
 
 
 @dataclass
@@ -78,9 +80,9 @@ def attention_scale(ctx) -> list[Finding]:
     if known and known[1].startswith("config.model_type"):
         # By design, yet it looks like the "not scaled" bug; say why instead of passing silently.
         finding = Finding(ID, Status.WARN, f"{len(measured)} attention sites are not scaled by 1/√d_k ({known[1]}): "
-                          "correct for this family, where the initialisation does the scaling; a model of it "
-                          "initialised otherwise trains with a too-peaked softmax. accept=attention.scale:REASON "
-                          "silences this", Location(module=""), evidence, row=ROW)
+                          "correct for this family by design; a model of it initialised or trained otherwise gets a "
+                          "too-peaked softmax. accept=attention.scale:REASON silences this", Location(module=""),
+                          evidence, row=ROW)
         reason = subject.accepted.get(ID)
         if reason:  # the engine accepts failures only; this check's own warning honours accept too
             finding = finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
@@ -103,6 +105,9 @@ def known_scale(subject) -> tuple[float, str] | None:
     if model_type in UNSCALED_FAMILIES:
         return 1.0, (f"config.model_type = {model_type!r}: the T5 family runs unscaled attention and folds "
                      "1/√d_k into the query projection's initialisation")
+    if model_type in UNSCALED_AS_RELEASED:
+        return 1.0, (f"config.model_type = {model_type!r}: this family runs unscaled attention as released "
+                     "(its Mesh TensorFlow origin); its weights were trained that way")
     if getattr(cfg, "scale_attn_weights", True) is False:
         return 1.0, "config.scale_attn_weights = False"
     scalar = getattr(cfg, "query_pre_attn_scalar", None)

@@ -16,6 +16,7 @@ from tfcheck.status import Status
 
 ID = "shape.residual"
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
+INPLACE_ADDS = frozenset({"__iadd__", "add_"})
 ATTENTION_OPS = frozenset({"softmax", "_softmax", "_safe_softmax", "scaled_dot_product_attention",
                            "multi_head_attention_forward", "_native_multi_head_attention"})
 #: How far back a dependence search may walk (ops), so a huge graph cannot stall the check.
@@ -102,6 +103,8 @@ class Dataflow:
     def __init__(self, recording: Recording):
         self.rec = recording
         self.made_by: dict[int, int] = {}
+        # In-place updates of a tensor (m += a): its value now also depends on the update's operands.
+        self.updated_by: dict[int, list[int]] = {}
         for op in recording.ops:
             if op.level == "function" or op.parent_op is None:
                 for t in op.output_ids:
@@ -109,6 +112,8 @@ class Dataflow:
                     # make that tensor: keep its real maker, or the chain back to the sublayer breaks.
                     if t not in op.input_ids:
                         self.made_by[t] = op.index
+                    elif op.short_name in INPLACE_ADDS:
+                        self.updated_by.setdefault(t, []).append(op.index)
         self.ops = [o for o in recording.ops if o.level == "function" or o.parent_op is None]
         self.by_index = {o.index: o for o in self.ops}
 
@@ -122,9 +127,10 @@ class Dataflow:
             if t in seen:
                 continue
             seen.add(t)
-            op = self.by_index.get(self.made_by.get(t, -1))
-            if op is not None:
-                todo.extend(i for i in op.input_ids if i != t)
+            for index in (self.made_by.get(t, -1), *self.updated_by.get(t, ())):
+                op = self.by_index.get(index)
+                if op is not None:
+                    todo.extend(i for i in op.input_ids if i != t)
         return False
 
     def residuals(self) -> list[Residual]:
@@ -133,6 +139,10 @@ class Dataflow:
             if op.short_name not in ADDS or op.phase != "forward" or len(op.input_ids) != 2 or len(op.inputs) != 2:
                 continue
             if not all(m.dtype.startswith(("float", "bfloat")) for m in op.inputs) or op.input_ids[0] == op.input_ids[1]:
+                continue
+            # A residual stream is (batch, length, d_model) (or flattened): a 4-d add is scores plus an
+            # additive mask or a position bias (eager attention), never a residual.
+            if any(len(m.shape) > 3 for m in op.inputs):
                 continue
             for (x, xm), (y, ym) in (((op.input_ids[0], op.inputs[0]), (op.input_ids[1], op.inputs[1])),
                                      ((op.input_ids[1], op.inputs[1]), (op.input_ids[0], op.inputs[0]))):
@@ -179,12 +189,20 @@ class Dataflow:
         """Attention and feed-forward sublayers whose output no residual add carries around them."""
         out = []
         for kind, call in self._sublayers():
-            covered = any(min(self.made_by.get(t, -1) for t in r.add.input_ids) < call.first_op
-                          for r in residuals if r.add.index > call.last_op
-                          and any(self.depends(t, set(call.output_ids)) for t in r.add.input_ids))
-            if not covered:
-                out.append((kind, call))
+            if not any(self._carries(r, call) for r in residuals) and not any(call.path == c.path for _, c in out):
+                out.append((kind, call))  # once per module: a layer shared across depth (ALBERT) is one finding
         return out
+
+    def _carries(self, r: Residual, call: ModuleCall) -> bool:
+        """Whether residual add ``r`` carries the stream around sublayer ``call``: its stream predates the
+        call, and its other operand is the call's output (an add after it) or was made inside the call (an
+        add the sublayer does itself: ALBERT's LayerNorm(x + attention), Bloom's dropout_add)."""
+        if min(self.made_by.get(t, -1) for t in r.add.input_ids) >= call.first_op:
+            return False
+        if r.add.index > call.last_op:
+            return any(self.depends(t, set(call.output_ids)) for t in r.add.input_ids)
+        return r.add.index >= call.first_op and \
+            any(call.first_op <= self.made_by.get(t, -1) <= call.last_op for t in r.add.input_ids)
 
     def _sublayers(self) -> list[tuple[str, ModuleCall]]:
         found = []

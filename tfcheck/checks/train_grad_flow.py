@@ -62,13 +62,26 @@ def train_grad_flow(ctx) -> list[Finding]:
     evidence = {**base, "no_gradient": none[:20], "non_finite": [n for n, _ in bad][:20], "zero_gradient": zero[:20],
                 "largest_gradient": largest, "tolerance": "a gradient for every trainable parameter, all finite"}
     findings = []
-    if none:
-        culprits = _whole_modules(subject.model, set(none))
-        findings.append(Finding(ID, Status.FAIL, f"{len(none)} of {len(trainable)} trainable parameters get no "
-                                f"gradient, all of {_listed(culprits)}. Their module's output does not reach the model's "
-                                "output with a graph: computed and thrown away, not called, or cut by .detach(), "
-                                ".data or torch.no_grad", Location(module=culprits[0]), {**evidence, "modules": culprits[:20]},
+    # A module that never ran has no gradient for another reason than one whose output was thrown away: an
+    # optional branch (Longformer's global attention runs only with global_attention_mask) looks the same
+    # as a layer defined and forgotten, so it is a warning that says both.
+    ran = [n for n in none if _module(n) in order]
+    idle = [n for n in none if _module(n) not in order]
+    if ran:
+        culprits = _whole_modules(subject.model, set(ran))
+        findings.append(Finding(ID, Status.FAIL, f"{len(ran)} of {len(trainable)} trainable parameters get no "
+                                f"gradient, all of {_listed(culprits)}. Their module ran, but its output does not reach "
+                                "the model's output with a graph: computed and thrown away, or cut by .detach(), .data "
+                                "or torch.no_grad", Location(module=culprits[0]), {**evidence, "modules": culprits[:20]},
                                 row="param-gets-no-gradient"))
+    if idle:
+        culprits = _whole_modules(subject.model, set(idle))
+        findings.append(Finding(ID, Status.WARN, f"{len(idle)} of {len(trainable)} trainable parameters get no "
+                                f"gradient because their modules never ran in this forward: {_listed(culprits)}. "
+                                "Either an optional branch that needs an input tfcheck did not give (declare it with "
+                                "the 'inputs' factory), or a layer defined in __init__ and never used in forward; if "
+                                "it is optional, accept=train.grad_flow:REASON", Location(module=culprits[0]),
+                                {**evidence, "modules_never_called": culprits[:20]}, row="param-gets-no-gradient"))
     if bad:
         # A non-finite gradient spreads to everything upstream of where it is born: the bad parameter whose
         # module ran last in the forward is nearest its source.
