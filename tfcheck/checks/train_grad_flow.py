@@ -66,7 +66,12 @@ def train_grad_flow(ctx) -> list[Finding]:
     # optional branch (Longformer's global attention runs only with global_attention_mask) looks the same
     # as a layer defined and forgotten, so it is a warning that says both.
     ran = [n for n in none if _module(n) in order]
-    idle = [n for n in none if _module(n) not in order]
+    if ran:
+        # A parameter of a module that ran may still be read only on an optional path (XLNet's segment
+        # biases need token_type_ids): one recorded forward, only now, tells unread from thrown away.
+        unread = _unread(ctx, args, kwargs, dict(trainable), ran)
+        ran = [n for n in ran if n not in unread]
+    idle = [n for n in none if n not in ran]
     if ran:
         culprits = _whole_modules(subject.model, set(ran))
         findings.append(Finding(ID, Status.FAIL, f"{len(ran)} of {len(trainable)} trainable parameters get no "
@@ -77,7 +82,7 @@ def train_grad_flow(ctx) -> list[Finding]:
     if idle:
         culprits = _whole_modules(subject.model, set(idle))
         findings.append(Finding(ID, Status.WARN, f"{len(idle)} of {len(trainable)} trainable parameters get no "
-                                f"gradient because their modules never ran in this forward: {_listed(culprits)}. "
+                                f"gradient because no op read them in this forward: {_listed(culprits)}. "
                                 "Either an optional branch that needs an input tfcheck did not give (declare it with "
                                 "the 'inputs' factory), or a layer defined in __init__ and never used in forward; if "
                                 "it is optional, accept=train.grad_flow:REASON", Location(module=culprits[0]),
@@ -105,6 +110,23 @@ def train_grad_flow(ctx) -> list[Finding]:
                     f"(largest {largest:.3g}){tail}", Location(module=""), evidence)]
 
 
+def _unread(ctx, args: tuple, kwargs: dict, params: dict, names: list[str]) -> set[str]:
+    """Which of ``names`` no op of a recorded forward took as an input."""
+    from tfcheck.recorder import tensors_in
+
+    wanted = {id(params[n]): n for n in names}
+    read: set[str] = set()
+
+    def on_op(event, op_args, op_kwargs, out) -> None:
+        for t in tensors_in((op_args, op_kwargs)):
+            if id(t) in wanted:
+                read.add(wanted[id(t)])
+
+    ctx.record(args, kwargs, "a recorded forward, to tell parameters no op read from outputs thrown away",
+               on_op=on_op)
+    return set(names) - read
+
+
 @contextlib.contextmanager
 def _call_order(model) -> Iterator[dict[str, int]]:
     """Module path -> index of its last call in the forward run inside the block (hooks removed after)."""
@@ -123,19 +145,19 @@ def _call_order(model) -> Iterator[dict[str, int]]:
 
 def _whole_modules(model, names: set[str]) -> list[str]:
     """The largest modules all of whose trainable parameters are in ``names`` ('layers.0.self_attn', not its
-    four Linears), in model order; a parameter outside any such module is named by its own module."""
+    four Linears), in model order; a parameter outside any such module is named itself ('layers.0.attn.bias_s')."""
     full = []
     for path, module in model.named_modules():
         own = [f"{path}.{n}" if path else n for n, p in module.named_parameters() if p.requires_grad]
         if own and all(n in names for n in own) and not any(path.startswith(f + ".") or f == "" for f in full):
             full.append(path)
     covered = {n for n in names if any(n.startswith(f + ".") or f == "" for f in full)}
-    return full + [_module(n) for n in names - covered]
+    return full + sorted(names - covered)
 
 
 def _listed(modules: list[str], n: int = 4) -> str:
     shown = ", ".join(f"'{m or '<root>'}'" for m in modules[:n])
-    return shown + (f" and {len(modules) - n} more modules" if len(modules) > n else "")
+    return shown + (f" and {len(modules) - n} more" if len(modules) > n else "")
 
 
 def _module(param_name: str) -> str:
