@@ -29,7 +29,9 @@ def costs(spec: str, probe_len: int) -> dict:
 @pytest.mark.parametrize("spec", ["reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
                                   "reference_model:TransformerEncoder"])
 def test_token_passes_grow_no_faster_than_the_length(spec):
-    short, long = costs(spec, 16), costs(spec, 64)
+    # from 32 on: below it mask.causal perturbs every position of its shorter probe (fewer than 16), so its
+    # batch is still growing to the 17 it keeps at every longer length
+    short, long = costs(spec, 32), costs(spec, 128)
     assert short.keys() == long.keys()
     for check in short:
         assert long[check].token_passes <= AFFINE * 4 * short[check].token_passes, check

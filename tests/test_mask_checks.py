@@ -147,7 +147,7 @@ def test_no_positive_control_is_inconclusive_never_a_pass():
 
 def test_cost_is_a_constant_number_of_batched_passes():
     causal = result("reference_model:TransformerLM", CAUSAL).cost
-    assert (causal.forward, causal.token_passes) == (2, 9 * 9 + 9 * 16)  # lengths 9 and 16: 8 positions + base
+    assert (causal.forward, causal.token_passes) == (2, 10 * 9 + 17 * 16)  # lengths 9 and 16: every position + base
     padding = result("reference_model:TransformerLM", PADDING).cost
     assert (padding.forward, padding.token_passes) == (2, 9 * 10 + 6)  # 3 groups of 3 samples; 1 unpadded
 
@@ -158,19 +158,22 @@ def test_long_probes_keep_a_constant_batch_and_still_catch_leaks(probe_len):
     causal = result("reference_model:TransformerLM", CAUSAL, **declared)
     assert causal.status is Status.PASS, str(causal.findings)
     short = (probe_len * 9 + 8) // 16  # the default lengths 9 and 16 scaled so the longer is probe_len
-    assert causal.cost.forward == 2 and causal.cost.token_passes == 9 * (short + probe_len)  # 8 positions + base
+    assert causal.cost.forward == 2 and causal.cost.token_passes == 17 * (short + probe_len)  # 16 positions + base
     for variant, pattern in [(broken.CausalMaskOffByOne, "diagonal off by one"),
                              (broken.LMWithoutCausalMask, "no mask at all"), (broken.CausalMaskInverted, "inverted")]:
         finding = result(variant, CAUSAL, **declared).findings[0]
         assert finding.status is Status.FAIL and finding.evidence["pattern"] == pattern, finding.message
-        assert len(finding.evidence["leak_map_data"]["columns"]) == 8  # the map shows the perturbed positions
+        assert len(finding.evidence["leak_map_data"]["columns"]) == 16  # the map shows the perturbed positions
 
 
 def test_leak_map_text_rich_json_and_image(tmp_path):
     finding = result(broken.CausalMaskOffByOne, CAUSAL).findings[0]
     lines = finding.evidence["leak_map"].splitlines()
-    assert lines[1].split() == ["111"] and lines[2].split() == ["02469135"]  # k0, k2, ..., k15 written downwards
-    assert lines[3].split()[1].startswith("oX.")  # q0: itself allowed, position 2 leaks (two layers), 4 not
+    assert lines[1].split() == ["0123456789012345"]  # every position of length 16, last digits
+    assert lines[2].split()[1].startswith("oXX.")  # q0: itself allowed, the next two leak (two layers)
+    wide = result(broken.CausalMaskOffByOne, CAUSAL, probe_len=48, kwargs={"max_len": 64}).findings[0]
+    header = wide.evidence["leak_map"].splitlines()[1:3]  # 16 of 48 positions: indices written downwards
+    assert [line.strip() for line in header] == ["111222333444", "0369369258148147"]  # 0, 3, ..., 47  # q0: itself allowed, position 2 leaks (two layers), 4 not
     restored = leakmap.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
     assert restored.text() == finding.evidence["leak_map"]
     buf = io.StringIO()
@@ -193,3 +196,25 @@ def test_probe_hooks_are_removed_even_when_the_model_raises():
         with leakmap.captured_layers(model, 2), leakmap.perturbed_embedding(model, tokens, tokens > 0, 0):
             model(tokens[:, :0].float())
     assert all(not m._forward_hooks for m in model.modules())
+
+
+class _EncoderIgnoringItsMaskFlat(torch.nn.Module):
+    """Ignores attention_mask and embeds the flattened ids, so no nn.Embedding sees the (batch, length)
+    tokens: keeping pad_id in the pads would perturb nothing, and the check must change the ids instead."""
+
+    __tfcheck__ = {"kind": "encoder", "pad_id": 0, "vocab_size": 50}
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(50, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+
+    def forward(self, input_ids, attention_mask=None):
+        b, s = input_ids.shape
+        return self.layer(self.emb(input_ids.reshape(-1)).reshape(b, s, -1))
+
+
+def test_a_probe_whose_pads_reach_no_embedding_changes_the_pad_ids_instead_of_passing():
+    finding = result(_EncoderIgnoringItsMaskFlat, PADDING).findings[0]
+    assert finding.status is Status.FAIL and finding.evidence["pattern"] == "mask ignored", finding.message

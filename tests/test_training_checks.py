@@ -224,16 +224,32 @@ def test_sparkline_and_svg_show_the_curve(tmp_path):
 
 
 class _LMWithAnIdleLayer(TransformerLM):
-    """A correct LM that also holds a layer its forward never calls (as an optional branch would)."""
+    """An LM that also holds a layer its forward never calls."""
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         self.global_proj = torch.nn.Linear(self.config.d_model, self.config.d_model)
 
 
-def test_parameters_of_a_module_that_never_ran_are_a_warning_that_names_both_stories():
+class _LMWithAnOptionalBranch(_LMWithAnIdleLayer):
+    """The idle layer runs only when an optional input is given (Longformer's global attention)."""
+
+    def forward(self, tokens, global_mask=None):
+        out = super().forward(tokens)
+        return out if global_mask is None else out + self.global_proj.weight.sum()
+
+
+def test_a_layer_defined_and_never_used_fails():
     result = tfcheck.run_checks(_LMWithAnIdleLayer, only=["train.grad_flow"]).models[0].result("train.grad_flow")
-    assert result.status is Status.WARN, str(result)
+    assert result.status is Status.FAIL, str(result)
     finding = result.findings[0]
     assert finding.evidence["modules_never_called"] == ["global_proj"] and finding.row == "param-gets-no-gradient"
+    assert "defined and never used" in finding.message
+
+
+def test_a_layer_on_an_optional_path_is_a_warning_that_names_both_stories():
+    result = tfcheck.run_checks(_LMWithAnOptionalBranch, only=["train.grad_flow"]).models[0].result("train.grad_flow")
+    assert result.status is Status.WARN, str(result)
+    finding = result.findings[0]
+    assert finding.evidence["optional_inputs_left_out"] == ["global_mask"]
     assert "optional branch" in finding.message and "never used in forward" in finding.message

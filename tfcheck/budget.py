@@ -61,13 +61,14 @@ class Deadline(TorchFunctionMode):
 @contextlib.contextmanager
 def time_budget(budget_s: float | None) -> Iterator[Deadline]:
     """The block runs under a deadline of ``budget_s`` seconds (``None``: the default budget); a torch
-    call after it raises BudgetExceeded. Leaves no mode, handler or thread behind."""
+    call after it raises BudgetExceeded. Leaves no mode or handler behind (the one alarm thread of the
+    process stays, asleep, for the next budget)."""
     deadline = Deadline(DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
     watchdog = _Watchdog(deadline) if threading.current_thread() is threading.main_thread() else None
     try:
         if watchdog is not None:
             watchdog.__enter__()
-    except ValueError:  # signal handlers cannot be set here (a subinterpreter)
+    except (ValueError, RuntimeError):  # no signal handler here (a subinterpreter), or no thread could start
         watchdog = None
     if watchdog is None:
         with deadline:
@@ -96,7 +97,11 @@ class _Watchdog:
 
     def __enter__(self) -> "_Watchdog":
         self.previous = signal.signal(signal.SIGINT, self._on_sigint)
-        _ALARM.arm(self)
+        try:
+            _ALARM.arm(self)
+        except BaseException:  # the alarm thread could not start: put the caller's handler back
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

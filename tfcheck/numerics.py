@@ -30,7 +30,9 @@ def _nonfinite(t: torch.Tensor) -> tuple[bool, bool]:
         return False, False
     # One reduction decides the common case: a sum is finite only if every element is (an overflowing
     # sum falls through to the exact test). Checked on every op of a recorded backward, so it matters.
-    if bool(torch.isfinite(t.detach().sum())):
+    # (summed in float32 at least, so that a half-precision sum of large activations does not overflow)
+    wide = None if t.is_complex() else torch.float64 if t.dtype == torch.float64 else torch.float32
+    if bool(torch.isfinite(t.detach().sum(dtype=wide))):
         return False, False
     return bool(torch.isnan(t).any()), bool(torch.isinf(t).any())
 

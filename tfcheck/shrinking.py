@@ -264,13 +264,20 @@ def with_minimal_example(ctx, finding: Finding) -> Finding:
     prop = PROPERTIES.get(finding.check)
     if prop is None or finding.status not in (Status.FAIL, Status.WARN):
         return finding
-    if _inside_hypothesis_test():
-        return _add(finding, {"minimal_example": None, "minimal_example_search": {
-            "result": "not searched: tfcheck ran inside a hypothesis test, where hypothesis allows no nested "
-                      "search; run the check outside it to get the minimal example"}})
+    from tfcheck.budget import BudgetExceeded
+
     try:
+        if _inside_hypothesis_test():
+            return _add(finding, {"minimal_example": None, "minimal_example_search": {
+                "result": "not searched: tfcheck ran inside a hypothesis test, where hypothesis allows no nested "
+                          "search; run the check outside it to get the minimal example"}})
         strategy = prop.strategy(ctx.subject, finding)
         example, shown, runs, measured = search(ctx, prop, strategy, max_seconds=_seconds(ctx.subject))
+    except BudgetExceeded as over:
+        # The check's budget ran out during the search: the failure it found stands (and no torch op may
+        # run from here on, the deadline being engaged).
+        return _add(finding, {"minimal_example": None, "minimal_example_search": {
+            "result": f"stopped by the check's time budget ({over}); the failure stands"}})
     except Exception as exc:  # noqa: BLE001 - describing a failure must never lose the failure itself
         return _add(finding, {"minimal_example": None, "minimal_example_search": {
             "result": f"the search raised {type(exc).__name__}: {exc} (a bug in tfcheck; the failure stands)"}})

@@ -179,7 +179,7 @@ def model_inputs(model_or_subject: Any, *, min_batch: int = 1, max_batch: int = 
         target = None
         if any(role.startswith("target") for _, role in subject.facts.get("call_plan", [])):
             target = subject.random_primary(b, n, gen)
-        args, kwargs = subject.inputs_for(primary, target, keep=keep.to(primary.device))
+        args, kwargs = subject.to_model_layout(*subject.inputs_for(primary, target, keep=keep.to(primary.device)))
         return ModelInputs(args, kwargs, primary, keep, target)
 
     return draw_inputs()

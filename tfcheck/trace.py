@@ -142,7 +142,8 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         subject = load_subject(model) if device != "meta" or isinstance(model, nn.Module) else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
-        example_args, example_kwargs = subject.make_inputs(3, subject.probe_length())
+        # built (batch, length, ...) as the checks build them; laid out as the forward takes them
+        example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
     if device == "meta":
         return _trace_meta(model, example_args, example_kwargs)
     if device is not None:

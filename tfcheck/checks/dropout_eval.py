@@ -30,7 +30,11 @@ def dropout_eval(ctx) -> list[Finding]:
     # Every check starts from the same random state, so the memoised probe drew what a forward now would:
     # a seed drawn from that state (deterministic; the guard restores the RNG after the check) makes
     # random ops draw differently.
-    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,))))
+    seed = int(torch.randint(0, 2**31 - 1, (1,)))
+    # Not torch.manual_seed: with CUDA not yet initialised it queues a seed that outlives the guard.
+    torch.random.default_generator.manual_seed(seed)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
     second = ctx.run(first.args, first.kwargs, "the probe's forward again, in eval mode, from another random state")
     tol = tolerance(first.output)
     eval_change = float(change_per_position(first.output, second.output).max())

@@ -23,9 +23,10 @@ from tfcheck.status import Status
 ID = "mask.causal"
 #: Lengths of the verdict; the leak map shown is the longest (at most 16, so it stays readable).
 LENGTHS = (9, 16)
-#: Positions perturbed per length: all of them up to this many, else this many spread from first to last,
-#: so the batch (and the cost per token) stays constant however long the probe (``probe_len``).
-MAX_PERTURBED = 8
+#: Positions perturbed per length: all of them up to this many (the default lengths 9 and 16 are covered
+#: whole), else this many spread from first to last, so the batch stays constant however long the probe
+#: (``probe_len``).
+MAX_PERTURBED = 16
 ROWS = ("inference-worse-than-training", "causal-mask-misaligned", "causal-mask-ineffective",
         "sequence-statistics-leak", "causal-leak")
 
@@ -77,8 +78,8 @@ def _applies(subject) -> str | None:
 @check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
        order=40, applies=_applies)
 def mask_causal(ctx) -> list[Finding]:
-    """Perturb positions of a random sequence one at a time (token and embedding; 8 per length, spread
-    from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
+    """Perturb positions of a random sequence one at a time (token and embedding; every one up to 16, else
+    16 spread from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
     positions to stay within float rounding; perturbing the
     past must change them (positive control). On a leak: the leak map, the largest change, the first layer
     that shows it and the named pattern."""

@@ -107,7 +107,7 @@ class _Measured:
         self.tolerance, self.perturbed = tolerance, perturbed
 
 
-def _measure(ctx, mode: str, n: int):
+def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     subject = ctx.subject
     seed = 17
     gen = torch.Generator().manual_seed(seed)
@@ -125,7 +125,7 @@ def _measure(ctx, mode: str, n: int):
     control_at = [int(keep[i].nonzero()[0]) for i in range(SAMPLES)]
     control_where = torch.zeros_like(keep)
     control_where[torch.arange(SAMPLES), control_at] = True
-    ids_changed = mode == "argument" and (features or pad_id is None)
+    ids_changed = mode == "argument" and (features or pad_id is None or change_ids)
     if ids_changed:
         other_pads = _other_content(subject, base, pads, seed + 1, gen)
     else:  # the pads hold pad_id, which must stay (a mask or positions may be built from it): only embeddings move
@@ -149,6 +149,10 @@ def _measure(ctx, mode: str, n: int):
         return Finding(ID, Status.SKIP, f"inconclusive: the output has shape {tuple(out.shape)}, not one entry per "
                        f"position (batch {rows}, length {out_len}), so real positions cannot be compared",
                        evidence={"output_shape": tuple(out.shape)})
+    if not ids_changed and not perturbed and mode == "argument":
+        # No embedding received the token ids, so keeping pad_id in the pads changed nothing at all: change
+        # the pad ids themselves (one more pass) rather than pass on a probe that perturbed nothing.
+        return _measure(ctx, mode, n, change_ids=True)
     groups = {name: out[i * SAMPLES:(i + 1) * SAMPLES] for i, name in enumerate("ABC")}
     equivalence = None
     if mode != "argument":

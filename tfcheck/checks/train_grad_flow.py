@@ -81,12 +81,20 @@ def train_grad_flow(ctx) -> list[Finding]:
                                 row="param-gets-no-gradient"))
     if idle:
         culprits = _whole_modules(subject.model, set(idle))
-        findings.append(Finding(ID, Status.WARN, f"{len(idle)} of {len(trainable)} trainable parameters get no "
-                                f"gradient because no op read them in this forward: {_listed(culprits)}. "
-                                "Either an optional branch that needs an input tfcheck did not give (declare it with "
-                                "the 'inputs' factory), or a layer defined in __init__ and never used in forward; if "
-                                "it is optional, accept=train.grad_flow:REASON", Location(module=culprits[0]),
-                                {**evidence, "modules_never_called": culprits[:20]}, row="param-gets-no-gradient"))
+        untaken = _untaken_optional_inputs(subject.model, kwargs)
+        if untaken:  # an optional path is a possible story: say both
+            status = Status.WARN
+            story = (f"Either an optional branch that needs an input tfcheck left at None (forward also takes "
+                     f"{', '.join(untaken[:6])}), or a layer defined in __init__ and never used in forward; if it is "
+                     "optional, accept=train.grad_flow:REASON")
+        else:  # nothing optional is left out: the layer is defined and forgotten
+            status = Status.FAIL
+            story = "forward takes no optional input tfcheck left out, so the layer is defined and never used"
+        findings.append(Finding(ID, status, f"{len(idle)} of {len(trainable)} trainable parameters get no gradient "
+                                f"because no op read them in this forward: {_listed(culprits)}. {story}",
+                                Location(module=culprits[0]), {**evidence, "modules_never_called": culprits[:20],
+                                                               "optional_inputs_left_out": untaken[:20]},
+                                row="param-gets-no-gradient"))
     if bad:
         # A non-finite gradient spreads to everything upstream of where it is born: the bad parameter whose
         # module ran last in the forward is nearest its source.
@@ -108,6 +116,14 @@ def train_grad_flow(ctx) -> list[Finding]:
     tail = f"; {'; '.join(notes)}" if notes else ""
     return [Finding(ID, Status.PASS, f"all {len(trainable)} trainable parameters get a finite gradient "
                     f"(largest {largest:.3g}){tail}", Location(module=""), evidence)]
+
+
+def _untaken_optional_inputs(model, kwargs: dict) -> list[str]:
+    """Forward arguments defaulting to None that the probe did not pass (an optional path may need them)."""
+    from tfcheck.subject import forward_params
+
+    return [name for name, p in forward_params(model).items()
+            if p.default is None and name not in kwargs and p.kind is not p.VAR_KEYWORD]
 
 
 def _unread(ctx, args: tuple, kwargs: dict, params: dict, names: list[str]) -> set[str]:
