@@ -365,7 +365,7 @@ def _longest(finding: Finding, key: str) -> int:
 
 
 def _seq2seq(subject) -> bool:
-    return any(role.startswith("target") for _, role in subject.facts.get("call_plan", []))
+    return subject.takes_target
 
 
 def _finite_rows(out: torch.Tensor) -> torch.Tensor:
@@ -478,7 +478,7 @@ class PaddingProperty(Property):
         return examples()
 
     def _batch(self, subject, ex: PaddingExample):
-        """(base, other, pads, target, ids changed): the padded batch, the same with other pad content."""
+        """(base, other, keep, target): the padded batch and the same with other pad content."""
         gen = torch.Generator().manual_seed(ex.seed)
         keep = torch.tensor(ex.keep, dtype=torch.bool).to(subject.device)
         pads = ~keep

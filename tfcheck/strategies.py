@@ -177,7 +177,7 @@ def model_inputs(model_or_subject: Any, *, min_batch: int = 1, max_batch: int = 
         if pad_id is not None and not primary.is_floating_point():
             primary = torch.where(keep.to(primary.device), primary, torch.full_like(primary, pad_id))
         target = None
-        if any(role.startswith("target") for _, role in subject.facts.get("call_plan", [])):
+        if subject.takes_target:
             target = subject.random_primary(b, n, gen)
         args, kwargs = subject.to_model_layout(*subject.inputs_for(primary, target, keep=keep.to(primary.device)))
         return ModelInputs(args, kwargs, primary, keep, target)

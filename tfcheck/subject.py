@@ -93,6 +93,11 @@ class Subject:
         return self.facts.get("kind")
 
     @property
+    def takes_target(self) -> bool:
+        """Whether the forward takes a target sequence besides its primary input (a seq2seq call plan)."""
+        return any(role.startswith("target") for _, role in self.facts.get("call_plan") or ())
+
+    @property
     def accepted(self) -> dict[str, str]:
         return self.facts.get("accept") or {}
 
@@ -128,7 +133,7 @@ class Subject:
         gen = torch.Generator().manual_seed(seed)
         primary = self.random_primary(batch, length, gen)
         target = None
-        if any(role.startswith("target") for _, role in self.facts["call_plan"]):
+        if self.takes_target:
             target = self.random_primary(batch, max(1, length + TARGET_LENGTH_DELTA), gen)
         return self.inputs_for(primary, target)
 

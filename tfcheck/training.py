@@ -185,7 +185,7 @@ def label_argument(subject) -> LabelArgument | None:
 
 def takes_target(subject) -> bool:
     """Whether the forward takes a decoder input (an encoder-decoder)."""
-    return any(role.startswith("target") for _, role in subject.facts.get("call_plan") or ())
+    return subject.takes_target
 
 
 def labelled_inputs(subject, label: LabelArgument, batch: int, length: int,

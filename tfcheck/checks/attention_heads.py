@@ -109,7 +109,7 @@ def _probe_inputs(subject, length: int, seed: int):
     """A batch of the input and copies with one position changed: (args, kwargs, perturbations,
     {stream: length})."""
     gen = torch.Generator().manual_seed(1000 + seed)
-    seq2seq = any(role.startswith("target") for _, role in subject.facts["call_plan"])
+    seq2seq = subject.takes_target
     source = subject.random_primary(1, length, gen)
     streams = {"source": length}
     perturbations = [Perturbation(1, "source", length - 2, length)]

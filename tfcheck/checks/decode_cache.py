@@ -88,7 +88,7 @@ def _causal_source(subject) -> str:
 def _inputs(subject, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(source, target): the decoded stream has two samples that differ in their first token only."""
     gen = torch.Generator().manual_seed(7)
-    seq2seq = any(role.startswith("target") for _, role in subject.facts["call_plan"])
+    seq2seq = subject.takes_target
     if seq2seq:
         source = subject.random_primary(1, max(2, length - TARGET_LENGTH_DELTA), gen)
         source = source.repeat(BATCH, *[1] * (source.dim() - 1))

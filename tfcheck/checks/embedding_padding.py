@@ -95,7 +95,7 @@ def _pad_reach(ctx, tables: list[tuple[str, nn.Embedding]], pad: int,
     keep[:, length - PADS:] = False
     tokens[~keep] = pad
     target = None
-    if any(role.startswith("target") for _, role in subject.facts["call_plan"]):
+    if subject.takes_target:
         target = subject.random_tokens(1, max(1, length - 2), gen).repeat(3, 1)
     args, kwargs = subject.inputs_for(tokens, target, keep)
     # A random direction: a constant vector would vanish in the next LayerNorm's mean subtraction.

@@ -171,7 +171,7 @@ def _other_content(subject, base: torch.Tensor, where: torch.Tensor, seed: int, 
 def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
     """The decoder input of a seq2seq model: fixed, real, and shorter than the source (so the encoder's
     layers are told from the decoder's by length)."""
-    if not any(role.startswith("target") for _, role in subject.facts["call_plan"]):
+    if not subject.takes_target:
         return None
     target = subject.random_primary(1, n - 2, gen)
     return target.expand(rows, *target.shape[1:])

@@ -73,7 +73,7 @@ def _inputs(subject):
     tokens = subject.random_primary(2, length, gen)
     keep = torch.ones(2, length, dtype=torch.bool, device=tokens.device)
     keep[1, length // 2:] = False
-    target = subject.random_primary(2, max(1, length + TARGET_LENGTH_DELTA), gen) if any(r.startswith("target") for _, r in subject.facts["call_plan"]) \
+    target = subject.random_primary(2, max(1, length + TARGET_LENGTH_DELTA), gen) if subject.takes_target \
         else None
     if mask.argument is not None:
         return subject.inputs_for(tokens, target, keep=keep)

@@ -103,7 +103,7 @@ def _padded_batch(subject):
     keep[1, length // 2:] = False
     keep[2] = False
     target = None
-    if any(role.startswith("target") for _, role in subject.facts["call_plan"]):
+    if subject.takes_target:
         target = subject.random_primary(3, max(1, length + TARGET_LENGTH_DELTA), gen)
     mask = subject.fact("mask")
     if mask.argument is None:  # the model masks its pad ids itself
