@@ -45,6 +45,8 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
         label = f"<{name} instance>" if isinstance(origin, nn.Module) else name
     from_origin = _own_declarations(origin, label)
     merged = decl.merge(strong, from_origin)
+    if "device" in merged:  # before a model is built for nothing
+        _refuse_unavailable_device(merged["device"])
     loaded = _built_with_a_fixed_seed(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
     if loaded.model is not origin:
         # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
