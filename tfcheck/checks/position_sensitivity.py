@@ -33,6 +33,9 @@ FEATURES_NOTE = ("the model takes features, so positions are the caller's to add
 
 #: How far above the tolerance the positive control must be before "order changes nothing" is a failure.
 FAIL_MARGIN = 10.0
+#: Below tolerance / FAINT a change is reduction-order rounding (a model without positions: about 1e-7 of
+#: the output's scale); between the two it is a real, faint signal (XLNet's relative positions at init).
+FAINT = 50.0
 
 def _applies(subject) -> str | None:
     if subject.facts.get("takes_features"):
@@ -164,6 +167,14 @@ def _order_verdict(subject, change: float, control: float, index: float, tol: fl
                        f"(tolerance {tol:.3g}), but changing them changed it by only {control:.3g}, less than "
                        f"{FAIL_MARGIN:g}x the tolerance: too faint a signal to call the model blind to order",
                        evidence=evidence)
+    if change > tol / FAINT:
+        return Finding(ID, Status.WARN, (
+            f"{where} has only a faint positional signal: {symptom} but for a change of {change:.3g}, below the "
+            f"tolerance {tol:.3g} yet {change / (tol / FAINT):.3g}x above rounding ({tol / FAINT:.3g}), while changing "
+            f"the tokens changes it by {control:.3g}. Relative positions at random initialisation can be this faint "
+            "(XLNet); a model with no positions changes by rounding only. If the model trains well, accept it: "
+            "accept=position.sensitivity:REASON"), Location(module=""), {**evidence, "rounding": tol / FAINT},
+            ROW_NONE)
     return Finding(ID, Status.FAIL, (
         f"{where} has no positional signal: {symptom} (largest change {change:.3g}, tolerance {tol:.3g}), "
         f"while changing the tokens changes it by {control:.3g}. Self-attention and the feed-forward layers are "
