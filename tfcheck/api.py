@@ -1,11 +1,8 @@
 """The public API for users' own tests: run the battery, and assert that it passed."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
-from tfcheck import declarations as decl
-from tfcheck.project_config import declarations_for, find_pyproject
 from tfcheck.report import Report
 
 
@@ -20,13 +17,9 @@ def run_checks(model_or_spec: Any, *, only: Iterable[str] | None = None, **decla
 
     The model is left exactly as it was. Bad input raises :class:`tfcheck.UsageError` with what to do.
     """
-    from tfcheck.engine import load_subject, run_model
+    from tfcheck.engine import load_declared, run_model
 
-    strong = decl.from_mapping(declarations, "run_checks() argument")
-    if isinstance(model_or_spec, str):
-        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
-    subject = load_subject(model_or_spec, strong)
-    return Report([run_model(subject, only)])
+    return Report([run_model(load_declared(model_or_spec, declarations, "run_checks() argument"), only)])
 
 
 def assert_checks_pass(report_or_model: Any, *, strict: bool = False, **declarations: Any) -> Report:

@@ -23,6 +23,19 @@ SMOKE = "forward.smoke"
 BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
 
 
+def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
+    """The subject with keyword declarations (``source`` names where they came from, e.g. "run_checks()
+    argument") over the spec's [[tool.tfcheck.models]] entry in the working directory's pyproject.toml."""
+    from pathlib import Path
+
+    from tfcheck.project_config import declarations_for, find_pyproject
+
+    strong = decl.from_mapping(declarations, source)
+    if isinstance(model_or_spec, str):
+        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
+    return load_subject(model_or_spec, strong)
+
+
 def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = None,
                  base: Path | None = None) -> Subject:
     """Build the subject from a spec string, a module class / factory, or an instance.

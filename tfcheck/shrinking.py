@@ -592,23 +592,16 @@ def replay(model_or_spec: Any, check: str, example: dict, **declarations: Any) -
     """Measure one example of ``check`` again (the ``replay`` line of a finding): build the model as
     ``tfcheck.run_checks`` does, run the example's forwards in eval mode, and return what it showed.
     The model is left as it was."""
-    from pathlib import Path
-
-    from tfcheck import declarations as decl
     from tfcheck.context import CheckContext
-    from tfcheck.engine import load_subject
+    from tfcheck.engine import load_declared
     from tfcheck.guard import preserved
-    from tfcheck.project_config import declarations_for, find_pyproject
 
     prop = PROPERTIES.get(check)
     if prop is None:
         raise UsageError(f"replay: no examples for check {check!r}; checks with minimal examples are: "
                          f"{', '.join(PROPERTIES)}")
     ex = prop.example(example)
-    strong = decl.from_mapping(declarations, "replay() argument")
-    if isinstance(model_or_spec, str):
-        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
-    subject = load_subject(model_or_spec, strong)
+    subject = load_declared(model_or_spec, declarations, "replay() argument")
     ctx = CheckContext(subject)
     with preserved(subject.model):
         subject.model.eval()

@@ -191,16 +191,9 @@ def _subject(model_or_subject: Any, declarations: dict):
     if isinstance(model_or_subject, Subject):
         _require(not declarations, "model_inputs: declarations go to the Subject when it is built, not here")
         return model_or_subject
-    from pathlib import Path
+    from tfcheck.engine import load_declared
 
-    from tfcheck import declarations as decl
-    from tfcheck.engine import load_subject
-    from tfcheck.project_config import declarations_for, find_pyproject
-
-    strong = decl.from_mapping(declarations, "model_inputs() argument")
-    if isinstance(model_or_subject, str):
-        strong = decl.merge(strong, declarations_for(model_or_subject, find_pyproject(Path.cwd())))
-    subject = load_subject(model_or_subject, strong)
+    subject = load_declared(model_or_subject, declarations, "model_inputs() argument")
     if subject.facts.get("inputs") is not None or subject.kind == "attention":
         raise UsageError(f"model_inputs: {subject.spec} takes inputs tfcheck does not build (a declared 'inputs' "
                          "factory, or a bare attention module); draw its inputs with your own strategy")
