@@ -86,8 +86,10 @@ class CheckContext:
         self.cost.backward += 1
         self.cost.token_passes += tokens
 
-    def call(self, args: tuple, kwargs: dict, what: str, tokens: int, grad: bool = False) -> Any:
-        model = self.subject.model
+    def call(self, args: tuple, kwargs: dict, what: str, tokens: int, grad: bool = False,
+             model: torch.nn.Module | None = None) -> Any:
+        """The raw return of one counted forward of the model (or of ``model``, a training copy of it)."""
+        model = self.subject.model if model is None else model
         self.cost.forward += 1
         self.cost.token_passes += tokens
         with tracking(model) as stack, torch.set_grad_enabled(grad):

@@ -72,18 +72,10 @@ def batch_size(subject) -> tuple[int, int]:
 
 def call_copy(ctx, model: nn.Module, args: tuple, kwargs: dict, what: str, grad: bool = True) -> Any:
     """One forward of a training copy, counted on ``ctx.cost``; a raise is explained like ctx.run's."""
-    from tfcheck.context import ModelRaised, _batch_length
-    from tfcheck.explainer import explain, tracking
+    from tfcheck.context import _batch_length
 
     batch, length = _batch_length(args, kwargs)
-    ctx.cost.forward += 1
-    ctx.cost.token_passes += batch * length
-    with tracking(model) as stack, torch.set_grad_enabled(grad):
-        try:
-            args, kwargs = ctx.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
-            return model(*args, **kwargs)
-        except Exception as exc:
-            raise ModelRaised(explain(exc, stack, what)) from exc
+    return ctx.call(args, kwargs, what, tokens=batch * length, grad=grad, model=model)
 
 
 # ----- losses -----------------------------------------------------------------------------------------
