@@ -152,3 +152,9 @@ def test_trace_leaves_the_model_as_it_was():
     tfcheck.trace_shapes(model, tokens)  # dropout is on (train mode): it draws random numbers
     assert torch.rand(1) == expected and model.training and nothing_left(model)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_a_tutorial_style_model_is_traced_with_the_mask_layout_its_forward_takes():
+    trace = tfcheck.trace_shapes("zoo_families:TutorialEncoder")  # forward(x, src_mask) wants (b, 1, 1, s)
+    assert trace.error is None, trace.error
+    assert "(3, 1, 1, 7) bool" in str(trace)

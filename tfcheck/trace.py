@@ -142,6 +142,8 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         subject = load_subject(model) if device != "meta" or isinstance(model, nn.Module) else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
+        if device != "meta" and subject.mask_layouts_to_try():
+            _settle_mask_layout(subject)
         # built (batch, length, ...) as the checks build them; laid out as the forward takes them
         example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
     if device == "meta":
@@ -156,6 +158,15 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         trace = _trace(model, example_args, example_kwargs, "model's own")
     trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
     return trace
+
+
+def _settle_mask_layout(subject) -> None:
+    """A forward that requires its mask laid out for the attention scores (the tutorial style): forward.smoke
+    tries the layouts, one forward each, and the subject keeps the one that runs, as in the battery."""
+    from tfcheck.engine import run_check
+    from tfcheck.registry import get
+
+    run_check(subject, get("forward.smoke"))
 
 
 def _meta_subject(spec: Any):
