@@ -299,3 +299,16 @@ def test_replay_refuses_a_check_without_examples():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):
+    from tfcheck import shrinking
+    from tfcheck.budget import BudgetExceeded
+
+    def out_of_time(*args, **kwargs):
+        raise BudgetExceeded(1.0, 1.2)
+
+    monkeypatch.setattr(shrinking, "search", out_of_time)
+    result = tfcheck.run_checks(broken.CausalMaskOffByOne, only=["mask.causal"]).models[0].result("mask.causal")
+    assert result.status is tfcheck.Status.FAIL, str(result)
+    assert "stopped by the check's time budget" in result.findings[0].evidence["minimal_example_search"]["result"]
