@@ -189,9 +189,24 @@ class Dataflow:
         """Attention and feed-forward sublayers whose output no residual add carries around them."""
         out = []
         for kind, call in self._sublayers():
-            if not any(self._carries(r, call) for r in residuals) and not any(call.path == c.path for _, c in out):
+            if self._adds_its_input(call) or any(self._carries(r, call) for r in residuals):
+                continue
+            if not any(call.path == c.path for _, c in out):
                 out.append((kind, call))  # once per module: a layer shared across depth (ALBERT) is one finding
         return out
+
+    def _adds_its_input(self, call: ModuleCall) -> bool:
+        """A sublayer that adds its own input back itself, with projections that are no modules of their own
+        (XLNet's post_attention: einsum with a parameter, then attn_out + h): an add inside the call of one
+        of the call's inputs and a tensor the call made."""
+        for op in self.ops:
+            if op.index < call.first_op or op.index > call.last_op or op.short_name not in ADDS:
+                continue
+            if len(op.input_ids) == 2 and any(
+                    x in call.input_ids and call.first_op <= self.made_by.get(y, -1) <= call.last_op
+                    for x, y in (op.input_ids, op.input_ids[::-1])):
+                return True
+        return False
 
     def _carries(self, r: Residual, call: ModuleCall) -> bool:
         """Whether residual add ``r`` carries the stream around sublayer ``call``: its stream predates the
