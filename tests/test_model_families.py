@@ -381,3 +381,15 @@ def test_every_family_has_a_defect_that_is_caught():
                 "hf-bloom", "hf-falcon", "hf-gptj", "hf-codegen", "hf-gpt-neo", "hf-albert", "hf-pegasus",
                 "hf-llama-eager", "hf-gpt2-eager", "nanogpt-parallel"}
     assert set(FAMILIES) - variants <= covered
+
+
+def test_a_sublayer_adding_its_own_input_back_is_a_residual():
+    """XLNet's attention projects with einsum on parameters (no Linear modules) and adds its input back
+    inside post_attention; the gallery's block without a residual still warns (reference_model.broken)."""
+    pytest.importorskip("transformers")
+    from reference_model.broken import NoResidualAroundAttention
+
+    result = tfcheck.run_checks("transformers:XLNetModel", only=["shape.residual"]).models[0].result("shape.residual")
+    assert result.status is Status.PASS, str(result)
+    missing = tfcheck.run_checks(NoResidualAroundAttention, only=["shape.residual"]).models[0].result("shape.residual")
+    assert missing.status is Status.WARN and missing.findings[0].row == "residual-missing"
