@@ -7,7 +7,7 @@ import torch  # noqa: F401
 import torch._dynamo  # noqa: F401 - imported lazily by meta-device ops; registers torch libraries once
 
 import tfcheck.checks  # noqa: F401
-import tfcheck.engine  # noqa: F401
+import tfcheck.engine.runner  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

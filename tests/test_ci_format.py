@@ -1,4 +1,4 @@
-"""CI adoption: GitHub annotations (tfcheck.annotations, `--tfcheck-format=github`, `tfcheck check --format github`),
+"""CI adoption: GitHub annotations (tfcheck.ui.annotations, `--tfcheck-format=github`, `tfcheck check --format github`),
 and docs/ci.md run as written: its pyproject entries, its model file and the exact pytest command of its workflow."""
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 import tfcheck
-from tfcheck import annotations, cli
-from tfcheck.findings import Finding, Location
-from tfcheck.report import CheckResult, ModelReport, Report
-from tfcheck.status import Status
+from tfcheck import cli
+from tfcheck.ui import annotations
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.report import CheckResult, ModelReport, Report
+from tfcheck.report.status import Status
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CI_PAGE = DOCS / "ci.md"

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tfcheck import cli, declarations, plugin, registry, table
+from tfcheck import cli, plugin
+from tfcheck.model import declarations
+from tfcheck.engine import registry
+from tfcheck.report import table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))  # docs/models/ too

@@ -193,7 +193,7 @@ def test_model_is_left_exactly_as_it_was():
 
 
 def test_a_check_that_breaks_is_an_error_finding_not_a_crash(monkeypatch):
-    from tfcheck import registry
+    from tfcheck.engine import registry
 
     def broken_check(ctx):
         raise KeyError("internal")

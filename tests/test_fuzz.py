@@ -16,7 +16,7 @@ import tfcheck
 from reference_model import Seq2SeqTransformer, TransformerEncoder, TransformerLM, broken
 from test_reliability import assert_same, snapshot
 from tfcheck import Status
-from tfcheck.engine import applicable_checks, load_subject
+from tfcheck.engine.runner import applicable_checks, load_subject
 
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -162,7 +162,7 @@ def check_the_battery(model: nn.Module, **declared) -> None:
         return
     assert_same(before, snapshot(model))
     results = {r.check: r for r in report.models[0].results}
-    declared_again = tfcheck.declarations.from_mapping(declared, "fuzz")
+    declared_again = tfcheck.model.declarations.from_mapping(declared, "fuzz")
     assert set(results) == {c.id for c in applicable_checks(load_subject(model, declared_again))}
     for r in results.values():
         assert r.findings and all(f.status in Status and f.message for f in r.findings), r

@@ -8,7 +8,7 @@ import pytest
 import tfcheck
 from reference_model import broken
 from tfcheck import Status
-from tfcheck.attention_sites import Operand
+from tfcheck.probe.attention_sites import Operand
 from helpers import nn_encoder, nn_transformer, result
 
 HEADS, CACHE = "attention.heads", "decode.cache"

@@ -10,7 +10,8 @@ from rich.console import Console
 
 import tfcheck
 from reference_model import broken
-from tfcheck import Status, leakmap
+from tfcheck import Status
+from tfcheck.ui import leakmap
 from helpers import nn_encoder, nn_transformer, result
 
 CAUSAL, PADDING = "mask.causal", "mask.padding"

@@ -16,8 +16,8 @@ import torch.nn as nn
 import tfcheck
 import zoo_families as zf
 from tfcheck import Status
-from tfcheck.engine import load_subject
-from tfcheck.spec import load
+from tfcheck.engine.runner import load_subject
+from tfcheck.model.spec import load
 
 
 @dataclass

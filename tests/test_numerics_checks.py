@@ -7,7 +7,7 @@ import pytest
 import torch.nn as nn
 
 import tfcheck
-from tfcheck import recorded_probe
+from tfcheck.probe import recorded_probe
 from reference_model import broken
 from tfcheck import Status
 from helpers import result
@@ -142,7 +142,7 @@ def test_each_check_costs_one_pass_and_the_recording_checks_share_theirs():
 
 
 def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch):
-    from tfcheck.checks import embedding_scale
+    from tfcheck.checks.numerics import embedding_scale
 
     def broken_observer(model):
         def on_op(event, args, kwargs, out):

@@ -8,9 +8,9 @@ from importlib import resources
 
 import pytest
 
-from tfcheck import registry
-from tfcheck.findings import Finding
-from tfcheck.status import Status
+from tfcheck.engine import registry
+from tfcheck.report.findings import Finding
+from tfcheck.report.status import Status
 
 LM = "reference_model:TransformerLM"
 HEADLESS = "reference_model.broken:LMWithoutHead"
@@ -21,8 +21,8 @@ FOUNDATION = ("-k", "smoke or contract")
 
 def battery_size(spec: str, **declarations) -> int:
     """How many items the battery has for a model: its applicable checks."""
-    from tfcheck.declarations import from_mapping
-    from tfcheck.engine import applicable_checks, load_subject
+    from tfcheck.model.declarations import from_mapping
+    from tfcheck.engine.runner import applicable_checks, load_subject
 
     return len(applicable_checks(load_subject(spec, from_mapping(declarations, "test"))))
 
@@ -44,7 +44,7 @@ def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
     out = result.stdout.str()
     assert "troubleshooting [output-shape]" in out
     assert "expected (1, 1, 101)" in out
-    assert "Traceback" not in out and "tfcheck/engine.py" not in out and "TfcheckFailure" not in out
+    assert "Traceback" not in out and "tfcheck/engine/runner.py" not in out and "TfcheckFailure" not in out
 
 
 def test_blocked_checks_are_skipped_not_failed_again(pytester):
@@ -148,13 +148,13 @@ def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
     assert verdicts(serial) == verdicts(parallel)
 
 
-def test_loading_the_plugin_does_not_import_torch(tmp_path):
+def test_loading_the_plugin_does_not_import_torch_or_rich(tmp_path):
     code = ("import sys, pytest; pytest.main(['--help']); "
-            "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))")
+            "sys.stderr.write('TORCH_LOADED=%s RICH_LOADED=%s' % ('torch' in sys.modules, 'rich' in sys.modules))")
     # Outside this repository, so that only the installed plugin loads (our own conftest imports torch).
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "--tfcheck=SPEC" in done.stdout
-    assert "TORCH_LOADED=False" in done.stderr
+    assert "TORCH_LOADED=False RICH_LOADED=False" in done.stderr
 
 
 def test_cli_and_plugin_agree(pytester, capsys):

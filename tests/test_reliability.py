@@ -22,13 +22,13 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tfcheck
-import tfcheck.engine as engine
+import tfcheck.engine.runner as engine
 from reference_model import TransformerLM, broken
 from tfcheck import Status
-from tfcheck.budget import Deadline, time_budget
+from tfcheck.engine.budget import Deadline, time_budget
 from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
-from tfcheck.engine import applicable_checks, load_subject
-from tfcheck.guard import placed_on
+from tfcheck.engine.runner import applicable_checks, load_subject
+from tfcheck.engine.guard import placed_on
 
 CUDA = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,7 +251,7 @@ def _modes_inside_a_budget():
 def test_a_budget_stops_between_ops_and_leaves_nothing_behind():
     handler = signal.getsignal(signal.SIGINT)
     x = torch.zeros(3)
-    with pytest.raises(tfcheck.budget.BudgetExceeded) as info:
+    with pytest.raises(tfcheck.engine.budget.BudgetExceeded) as info:
         with time_budget(0.05):
             while True:
                 x = x + 1

@@ -1,4 +1,4 @@
-"""Minimal failing examples (tfcheck.shrinking): after a mask or batch check fails, hypothesis shrinks the failure
+"""Minimal failing examples (tfcheck.explainers.shrinking): after a mask or batch check fails, hypothesis shrinks the failure
 to the smallest batch, length and padding that still show it; the search is deterministic, writes nothing,
 ignores the user's hypothesis profile, and costs nothing on a correct model."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch.nn.functional as F
 import tfcheck
 from reference_model import TransformerLM, broken
 from reference_model.models import padding_mask
-from tfcheck import Status, shrinking
+from tfcheck import Status
+from tfcheck.explainers import shrinking
 from helpers import result
 
 CAUSAL, PADDING, BATCH = "mask.causal", "mask.padding", "batch.independence"
@@ -302,8 +303,8 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):
-    from tfcheck import shrinking
-    from tfcheck.budget import BudgetExceeded
+    from tfcheck.explainers import shrinking
+    from tfcheck.engine.budget import BudgetExceeded
 
     def out_of_time(*args, **kwargs):
         raise BudgetExceeded(1.0, 1.2)

@@ -14,7 +14,7 @@ __all__ = ["run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain
            "Status", "__version__"]
 
 from tfcheck.errors import TfcheckError, UsageError  # noqa: E402  (torch-free)
-from tfcheck.status import Status  # noqa: E402  (torch-free)
+from tfcheck.report.status import Status  # noqa: E402  (torch-free)
 
 
 def __getattr__(name: str):
@@ -24,15 +24,15 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "trace_shapes":
-        from tfcheck.trace import trace_shapes
+        from tfcheck.explainers.trace import trace_shapes
 
         return trace_shapes
     if name == "watch":
-        from tfcheck.watching import watch
+        from tfcheck.explainers.watch import watch
 
         return watch
     if name == "explain":
-        from tfcheck.explainer import explain_error
+        from tfcheck.explainers.explanation import explain_error
 
         return explain_error
     raise AttributeError(f"module 'tfcheck' has no attribute {name!r}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from tfcheck.report import Report
+from tfcheck.report.report import Report
 
 
 def run_checks(model_or_spec: Any, *, only: Iterable[str] | None = None, **declarations: Any) -> Report:
@@ -17,7 +17,7 @@ def run_checks(model_or_spec: Any, *, only: Iterable[str] | None = None, **decla
 
     The model is left exactly as it was. Bad input raises :class:`tfcheck.UsageError` with what to do.
     """
-    from tfcheck.engine import load_declared, run_model
+    from tfcheck.engine.runner import load_declared, run_model
 
     return Report([run_model(load_declared(model_or_spec, declarations, "run_checks() argument"), only)])
 
@@ -29,7 +29,7 @@ def assert_checks_pass(report_or_model: Any, *, strict: bool = False, **declarat
     """
     report = report_or_model if isinstance(report_or_model, Report) else run_checks(report_or_model, **declarations)
     if report.failed(strict=strict):
-        from tfcheck.render import render_text
+        from tfcheck.ui.render import render_text
 
         raise AssertionError("tfcheck found problems:\n" + render_text(report, only_problems=True))
     return report

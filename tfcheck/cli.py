@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tfcheck.annotations import FORMATS
+from tfcheck.ui.annotations import FORMATS
 from tfcheck.errors import TfcheckError, UsageError
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args) -> int:
-    from tfcheck import declarations as decl
-    from tfcheck.engine import load_subject, run_model
-    from tfcheck.project_config import declarations_for, find_pyproject, model_entries
-    from tfcheck.render import render_text
-    from tfcheck.report import Report
-    from tfcheck.status import Status
+    from tfcheck.model import declarations as decl
+    from tfcheck.engine.runner import load_subject, run_model
+    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.ui.render import render_text
+    from tfcheck.report.report import Report
+    from tfcheck.report.status import Status
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     pyproject = find_pyproject(Path.cwd())
@@ -92,7 +92,7 @@ def _check(args) -> int:
         report.models.append(run_model(subject, only))
     sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
     if args.format == "github":
-        from tfcheck.annotations import github_annotations
+        from tfcheck.ui.annotations import github_annotations
 
         sys.stdout.write("".join(line + "\n" for line in github_annotations(report)))
     if json_path is not None:
@@ -134,7 +134,7 @@ def write_report(path: Path, text: str, option: str) -> None:
 
 
 def _write_images(report, json_path: Path) -> None:
-    from tfcheck.leakmap import save_images
+    from tfcheck.ui.leakmap import save_images
 
     folder = json_path.with_suffix("")  # report.json -> report/ beside it
     written = save_images(report, folder)
@@ -144,12 +144,12 @@ def _write_images(report, json_path: Path) -> None:
 
 
 def _list() -> int:
-    from tfcheck.declarations import KEYS
-    from tfcheck.registry import all_checks
+    from tfcheck.model.declarations import KEYS
+    from tfcheck.engine.registry import all_checks
     from rich.markup import escape
     from rich.table import Table
 
-    from tfcheck.render import checks_view, to_string
+    from tfcheck.ui.render import checks_view, to_string
 
     keys = Table(title=escape("declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)"))
     for col in ("key", "syntax", "meaning"):
@@ -161,10 +161,10 @@ def _list() -> int:
 
 
 def _trace(args) -> int:
-    from tfcheck import declarations as decl
-    from tfcheck.engine import load_subject
-    from tfcheck.render import to_string
-    from tfcheck.trace import trace_shapes
+    from tfcheck.model import declarations as decl
+    from tfcheck.engine.runner import load_subject
+    from tfcheck.ui.render import to_string
+    from tfcheck.explainers.trace import trace_shapes
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     if args.meta:
@@ -183,8 +183,8 @@ def _trace(args) -> int:
 
 
 def _explain(args) -> int:
-    from tfcheck.explainer import explain_error
-    from tfcheck.render import to_string
+    from tfcheck.explainers.explanation import explain_error
+    from tfcheck.ui.render import to_string
 
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
     explanation = explain_error(text, budget=args.budget)
@@ -193,7 +193,7 @@ def _explain(args) -> int:
 
 
 def _table(lang: str) -> int:
-    from tfcheck.render import table_view, to_string
+    from tfcheck.ui.render import table_view, to_string
 
     sys.stdout.write(to_string(table_view(lang), width=_width()))
     return EXIT_OK

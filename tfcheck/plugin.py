@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcheck.annotations import FORMATS
+from tfcheck.ui.annotations import FORMATS
 from tfcheck.errors import TfcheckError
 
 class TfcheckWarning(UserWarning):
@@ -66,9 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
     opt = config.option
     if not (opt.tfcheck or opt.tfcheck_all):
         return
-    from tfcheck import declarations as decl
-    from tfcheck.project_config import declarations_for, find_pyproject, model_entries
-    from tfcheck.spec import split_spec
+    from tfcheck.model import declarations as decl
+    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.model.spec import split_spec
 
     try:
         cli = dict(decl.parse_assignment(text, "--tfcheck-set") for text in opt.tfcheck_set)
@@ -143,14 +143,14 @@ class TfcheckSession:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.state.results:
             return
-        from tfcheck.render import summary_view, to_string
+        from tfcheck.ui.render import summary_view, to_string
 
         text = to_string(summary_view(_report(self.state)), width=terminalreporter._tw.fullwidth,
                          color=terminalreporter.hasmarkup)
         terminalreporter.write_sep("=", "tfcheck summary")
         terminalreporter.write(text)
         if self.state.format == "github":
-            from tfcheck.annotations import github_annotations
+            from tfcheck.ui.annotations import github_annotations
 
             for line in github_annotations(_report(self.state), workspace=None):
                 terminalreporter.write_line(line)  # unwrapped: GitHub reads each command from its own line
@@ -170,16 +170,16 @@ class TfcheckSession:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         if self.state.images:
-            from tfcheck.leakmap import save_images
+            from tfcheck.ui.leakmap import save_images
 
             save_images(report, self.state.json_path.with_suffix(""))
 
 
 def _report(state: PluginState):
     """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
-    from tfcheck.findings import Finding
-    from tfcheck.registry import all_checks
-    from tfcheck.report import Assumption, CheckResult, Cost, ModelReport, Report
+    from tfcheck.report.findings import Finding
+    from tfcheck.engine.registry import all_checks
+    from tfcheck.report.report import Assumption, CheckResult, Cost, ModelReport, Report
 
     order = {c.id: i for i, c in enumerate(all_checks())}
     models: dict[str, ModelReport] = {}
@@ -205,8 +205,8 @@ class TfcheckModel(pytest.Collector):
         self.runner = None
 
     def collect(self):
-        from tfcheck import declarations as decl
-        from tfcheck.engine import Runner, applicable_checks, load_subject
+        from tfcheck.model import declarations as decl
+        from tfcheck.engine.runner import Runner, applicable_checks, load_subject
 
         state = self.config.stash[STATE]
         try:
@@ -235,7 +235,7 @@ class TfcheckItem(pytest.Item):
         self.payload: str | None = None
 
     def runtest(self) -> None:
-        from tfcheck.status import Status
+        from tfcheck.report.status import Status
 
         model: TfcheckModel = self.parent
         result = model.runner.result(self.check)
@@ -256,8 +256,8 @@ class TfcheckItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if not isinstance(excinfo.value, TfcheckFailure):
             return super().repr_failure(excinfo)
-        from tfcheck.render import render_finding
-        from tfcheck.status import Status
+        from tfcheck.ui.render import render_finding
+        from tfcheck.report.status import Status
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         width = reporter._tw.fullwidth if reporter is not None else 100

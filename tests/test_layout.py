@@ -1,0 +1,52 @@
+"""The package layout: every check is found in its family's folder, and the public paths written before the
+layered layout (in users' code, docs and every printed replay line) still import."""
+import importlib
+
+import pytest
+
+from tfcheck.engine.registry import all_checks
+
+BATTERY = {
+    "shape": {"forward.smoke", "shape.contract", "shape.residual"},
+    "mask": {"mask.causal", "mask.padding"},
+    "flow": {"batch.independence", "position.sensitivity", "cross.dependence"},
+    "attention": {"attention.heads", "decode.cache"},
+    "numerics": {"attention.scale", "attention.softmax_axis", "embedding.scale", "numerics.half",
+                 "numerics.nan_source"},
+    "training": {"dropout.eval", "embedding.padding", "lr.warmup", "norm.placement", "train.grad_flow",
+                 "train.loss_at_init", "train.overfit_batch", "train.target_leak"},
+}
+
+
+def test_the_registry_holds_exactly_the_battery_each_check_in_its_family_folder():
+    found = {c.id: c.func.__module__ for c in all_checks()}
+    assert set(found) == set().union(*BATTERY.values())
+    assert len(found) == 23
+    for family, ids in BATTERY.items():
+        for check_id in ids:
+            assert found[check_id].startswith(f"tfcheck.checks.{family}."), (check_id, found[check_id])
+
+
+@pytest.mark.parametrize("path,names", [
+    ("tfcheck.strategies", ["padded_batches", "model_inputs", "token_ids", "padding_masks"]),
+    ("tfcheck.flow", ["tolerance"]),
+    ("tfcheck.recorded_probe", ["observer", "shared"]),
+    ("tfcheck.leakmap", ["LeakMap", "save_images"]),
+    ("tfcheck.training", ["curve_svg", "schedule_rates", "sparkline"]),
+    ("tfcheck.registry", ["check", "all_checks"]),
+    ("tfcheck.shrinking", ["replay", "MAX_FORWARDS"]),
+    ("tfcheck.report", ["Report", "ModelReport", "CheckResult", "Finding", "Status"]),
+    ("tfcheck.plugin", ["pytest_addoption"]),
+    ("tfcheck.cli", ["main"]),
+])
+def test_public_paths_keep_working(path, names):
+    module = importlib.import_module(path)
+    for name in names:
+        assert callable(getattr(module, name)) or getattr(module, name) is not None, (path, name)
+
+
+def test_the_public_explain_function_is_not_shadowed_by_a_subpackage():
+    import tfcheck
+    import tfcheck.explainers.explanation  # noqa: F401  (a subpackage named 'explain' would replace the function)
+
+    assert callable(tfcheck.explain) and callable(tfcheck.watch) and callable(tfcheck.trace_shapes)

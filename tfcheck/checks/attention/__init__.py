@@ -1,0 +1,1 @@
+"""Attention checks: heads and the decoding cache."""

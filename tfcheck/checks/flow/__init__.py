@@ -1,0 +1,1 @@
+"""Information-flow checks: batch independence, position sensitivity, cross-attention dependence."""

@@ -1,0 +1,1 @@
+"""Mask checks: the causal mask and the padding mask."""

@@ -1,0 +1,430 @@
+"""mask.causal: the output at position t does not depend on inputs at t' > t (the decoder side of a
+seq2seq model: the target tokens, with the source held fixed).
+
+One batched pass per length: row 0 is a random sequence, row k+1 the same sequence with position k
+changed (another token id, plus a random vector added to its embedding so small dependences show). The
+change of output q in row k+1 is the leak map entry (q, k); k > q is forbidden. The layer modules'
+outputs are captured in the same pass, so the first layer that leaks is named, and its one-hop map
+names the pattern; on a leak one more (recorded) pass of the base row reads the ops that explain it.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from tfcheck.probe import flow
+from tfcheck.ui import leakmap
+from tfcheck.explainers import shrinking
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+
+ID = "mask.causal"
+#: Lengths of the verdict; the leak map shown is the longest (at most 16, so it stays readable).
+LENGTHS = (9, 16)
+#: Positions perturbed per length: all of them up to this many (the default lengths 9 and 16 are covered
+#: whole), else this many spread from first to last, so the batch stays constant however long the probe
+#: (``probe_len``).
+MAX_PERTURBED = 16
+ROWS = ("inference-worse-than-training", "causal-mask-misaligned", "causal-mask-ineffective",
+        "sequence-statistics-leak", "causal-leak")
+
+#: pattern -> (troubleshooting row, what it means)
+PATTERNS = {
+    "no mask at all": ("inference-worse-than-training",
+                       "every position depends on every later one: no causal mask reaches the attention"),
+    "diagonal off by one": ("causal-mask-misaligned",
+                            "position t depends on t+1 only: the mask's diagonal is shifted by one "
+                            "(tril(..., diagonal=1), or triu(..., diagonal=2) for a may-not-attend mask)"),
+    "inverted": ("causal-mask-misaligned",
+                 "the past does not matter but the future does: the mask is inverted (attends only to "
+                 "the future; tril where triu was meant, or a keep mask given where a may-not-attend mask is "
+                 "expected)"),
+    "normalisation leak": ("causal-mask-ineffective",
+                           "the mask is applied after the softmax, so the future still enters the "
+                           "normalising sum"),
+    "float 0/1 mask added": ("causal-mask-ineffective",
+                             "a float 0/1 mask is given to an API that ADDS float masks "
+                             "(F.scaled_dot_product_attention, nn.MultiheadAttention), so it shifts scores by "
+                             "0 or 1 and masks nothing"),
+    "fill value too small": ("causal-mask-ineffective",
+                             "masked scores are filled with a value too small to mask (e.g. -1e-12)"),
+    "statistics over the sequence": ("sequence-statistics-leak",
+                                     "a normalisation or statistic is taken over the sequence axis (e.g. "
+                                     "layer_norm over (s, d)), so every position sees the others"),
+    "partial leak": ("causal-leak", "some positions depend on later ones, in no shape tfcheck recognises"),
+}
+
+
+@dataclass
+class Measurement:
+    length: int
+    output_map: torch.Tensor  # (n, n): [q, k] = change of output q when position k changed
+    tolerance: float
+    judgement: flow.Judgement
+    layers: list[dict] = field(default_factory=list)  # path, largest forbidden change, tolerance
+    first_layer: str | None = None
+    first_layer_map: torch.Tensor | None = None
+    first_layer_tolerance: float = 0.0
+    non_finite_positions: list[int] = field(default_factory=list)
+
+
+def _applies(subject) -> str | None:
+    why_not = _not_applicable(subject)
+    return why_not[len("not applicable: "):] if why_not and why_not.startswith("not applicable") else None
+
+
+@check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
+       order=40, applies=_applies)
+def mask_causal(ctx) -> list[Finding]:
+    """Perturb positions of a random sequence one at a time (token and embedding; every one up to 16, else
+    16 spread from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
+    positions to stay within float rounding; perturbing the
+    past must change them (positive control). On a leak: the leak map, the largest change, the first layer
+    that shows it and the named pattern."""
+    subject = ctx.subject
+    why_not = _not_applicable(subject)
+    if why_not:
+        return [Finding(ID, Status.SKIP, why_not, evidence={"causal": subject.fact("causal"), "kind": subject.kind})]
+    lengths = _lengths(subject)
+    if not lengths:
+        return [Finding(ID, Status.SKIP, f"inconclusive: max_len={subject.fact('max_len')} leaves no sequence of "
+                        "3 or more positions to probe", evidence={"max_len": subject.fact("max_len")})]
+    measures = []
+    for n in lengths:
+        m = _measure(ctx, n, seed=n)
+        if isinstance(m, Finding):  # the output cannot be read per position
+            return [m]
+        measures.append(m)
+    leaking = [m for m in measures if m.judgement.leaked]
+    if leaking:
+        return [shrinking.with_minimal_example(ctx, _leak_finding(ctx, leaking[-1], measures))]
+    if not all(m.judgement.conclusive for m in measures):
+        weak = next(m for m in measures if not m.judgement.conclusive)
+        return [Finding(ID, Status.SKIP, f"inconclusive: at length {weak.length} perturbing earlier positions "
+                        f"changed no output (largest change {weak.judgement.control:.3g} <= tolerance "
+                        f"{weak.tolerance:.3g}), so the probe did not reach the output",
+                        evidence=_evidence(subject, measures))]
+    return [_pass_finding(subject, measures)]
+
+
+def _not_applicable(subject) -> str | None:
+    if subject.facts.get("inputs") is not None:
+        return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot perturb "
+                "single positions")
+    if subject.fact("causal") is False:
+        return (f"not applicable: causal=false ({subject.source_of('causal') or 'declared'}); a model of kind {subject.kind} that "
+                "is not causal may see the whole sequence")
+    if subject.kind is None and subject.facts.get("takes_features") is False and subject.fact("vocab_size") is None:
+        return "inconclusive: vocab_size is unknown, so tfcheck cannot draw other tokens; declare vocab_size"
+    return None
+
+
+def _lengths(subject) -> tuple[int, ...]:
+    return tuple(sorted({n for n in subject.scaled_lengths(*LENGTHS) if n >= 3}))
+
+
+def perturbed_positions(n: int) -> list[int]:
+    """The positions changed one at a time: every one, or MAX_PERTURBED spread evenly (first and last
+    included) when the sequence is longer; each leak into the position just before one is still seen."""
+    if n <= MAX_PERTURBED:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (MAX_PERTURBED - 1)) for i in range(MAX_PERTURBED)})
+
+
+# ----- the measurement ------------------------------------------------------------------------------
+
+def _perturbed_sequence(ctx, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, n) sequences: row 0 random, row j + 1 with the j-th perturbed position replaced; and where
+    it was replaced."""
+    subject = ctx.subject
+    gen = torch.Generator().manual_seed(seed)
+    positions = perturbed_positions(n)
+    rows = len(positions) + 1
+    where = torch.zeros(rows, n, dtype=torch.bool)
+    where[torch.arange(1, rows), torch.tensor(positions)] = True
+    where = where.to(subject.device)
+    if subject.facts.get("takes_features"):
+        d = subject.fact("d_model")
+        base = torch.randn(1, n, d, generator=gen).to(subject.device)
+        other = torch.randn(rows, n, d, generator=gen).to(subject.device)
+        return torch.where(where[..., None], other, base.expand(rows, n, d)), where
+    base = subject.random_tokens(1, n, gen)
+    return flow.replace_tokens(subject, base.expand(rows, n).clone(), where, seed), where
+
+
+def _inputs(subject, sequence: torch.Tensor, seed: int) -> tuple[tuple, dict]:
+    """Forward arguments with ``sequence`` as the decoder input (the only input of a decoder)."""
+    if subject.kind != "seq2seq":
+        return subject.inputs_for(sequence)
+    rows, n = sequence.shape[:2]
+    gen = torch.Generator().manual_seed(seed + 1)
+    # The source is fixed, and of a length distinct from the target's, so encoder layers never pass for
+    # decoder layers in the captured outputs.
+    source = subject.random_primary(1, n - 2, gen)
+    source = source.expand(rows, *source.shape[1:])
+    args, kwargs = subject.inputs_for(source, sequence)
+    if _takes_torch_tgt_mask(subject):
+        # torch.nn.Transformer leaves the causal mask to the caller, as its documentation shows:
+        # tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) (float, -inf above the diagonal).
+        kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(n, device=subject.device)
+    return args, kwargs
+
+
+def _takes_torch_tgt_mask(subject) -> bool:
+    """A seq2seq forward with torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) arguments."""
+    try:
+        params = inspect.signature(subject.model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "tgt_mask" in params and "tgt_is_causal" in params and params["tgt_mask"].default is None
+
+
+def _dependence(outputs: torch.Tensor, n: int) -> torch.Tensor:
+    """(n, n) map from (rows, n, ...) outputs: [q, k] = change of position q when position k changed;
+    NaN in the columns of positions not perturbed and in the rows of positions whose unperturbed output
+    is not finite (nothing can be measured there)."""
+    change = flow.change_per_position(outputs[:1].expand_as(outputs), outputs)  # (rows, n)
+    dep = torch.full((n, n), float("nan"))
+    dep[:, perturbed_positions(n)] = change[1:].T.float().cpu()
+    finite = torch.isfinite(outputs[0].detach()).reshape(n, -1).all(-1).cpu()
+    dep[~finite] = float("nan")
+    return dep
+
+
+def _largest(dep: torch.Tensor, where: torch.Tensor) -> float:
+    values = dep[where & ~dep.isnan()]
+    return float(values.max()) if values.numel() else 0.0
+
+
+def _tolerance(reference: torch.Tensor) -> float:
+    return flow.tolerance(torch.where(torch.isfinite(reference), reference, torch.zeros_like(reference)))
+
+
+def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
+    subject = ctx.subject
+    sequence, where = _perturbed_sequence(ctx, n, seed)
+    rows = sequence.shape[0]
+    args, kwargs = _inputs(subject, sequence, seed)
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
+            leakmap.perturbed_embedding(subject.model, sequence, where, seed):
+        probe = ctx.run(args, kwargs, f"a length-{n} sequence and {rows - 1} copies with one position changed")
+    out = probe.output
+    if out.dim() < 2 or tuple(out.shape[:2]) != (rows, n):
+        return Finding(ID, Status.SKIP, f"inconclusive: the output has shape {tuple(out.shape)}, not one entry per "
+                       f"position (batch {rows}, length {n}), so dependence on later positions cannot be read",
+                       evidence={"output_shape": tuple(out.shape)})
+    forbidden = torch.ones(n, n, dtype=torch.bool).triu(1)
+    past = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    dep = _dependence(out, n)
+    tol = _tolerance(out[0])
+    m = Measurement(n, dep, tol, flow.Judgement(_largest(dep, forbidden), tol, _largest(dep, past)))
+    m.non_finite_positions = [int(q) for q in dep[:, 0].isnan().nonzero().flatten()]
+    for path, value in layers:
+        if tuple(value.shape[:2]) != (rows, n):
+            continue  # an encoder layer (source length), or a layer laid out otherwise
+        layer_dep = _dependence(value, n)
+        layer_tol = _tolerance(value[0])
+        largest = _largest(layer_dep, forbidden)
+        m.layers.append({"layer": path, "largest_forbidden_change": largest, "tolerance": layer_tol})
+        if m.first_layer is None and largest > layer_tol:
+            m.first_layer, m.first_layer_map, m.first_layer_tolerance = path, layer_dep, layer_tol
+    if m.first_layer is not None and not m.judgement.leaked:
+        # Every layer of a causal stack is causal itself: a leak inside one is a leak, even where the
+        # output cannot show it (a NaN born in a fully masked row hides every later change).
+        m.judgement = flow.Judgement(max(m.judgement.largest, _largest(m.first_layer_map, forbidden)),
+                                     m.first_layer_tolerance, m.judgement.control)
+    return m
+
+
+def _forbidden(n: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).triu(1)
+
+
+# ----- naming the pattern ---------------------------------------------------------------------------
+
+def _shape_pattern(dep: torch.Tensor, tol: float) -> str:
+    """The pattern a one-hop leak map shows (the first leaking layer's, else the output's)."""
+    n = dep.shape[0]
+    forbidden = torch.ones(n, n, dtype=torch.bool).triu(1)
+    past = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    measured = forbidden & ~dep.isnan()  # rows of non-finite outputs say nothing
+    leaked = (dep > tol) & measured
+    offsets = {int(k - q) for q, k in leaked.nonzero().tolist()}
+    fraction = float(leaked.sum()) / max(int(measured.sum()), 1)
+    if offsets == {1}:
+        return "diagonal off by one"
+    if fraction >= 0.5 and _largest(dep, past) <= tol:
+        return "inverted"
+    if fraction >= 0.9:
+        return "no mask at all"
+    return "partial leak"
+
+
+class _OpClues:
+    """What the recorded ops of one forward say about a leak (see ``on_op``)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.found: dict[str, tuple[str, str | None, int | None, str]] = {}  # pattern -> (op, file, line, detail)
+        self._softmax_calls: set = set()
+        self._masked_before_softmax: set = set()
+
+    def note(self, pattern: str, event, detail: str) -> None:
+        self.found.setdefault(pattern, (event.short_name, event.file, event.line, detail))
+
+    def _square(self, t) -> bool:
+        return isinstance(t, torch.Tensor) and t.dim() >= 2 and tuple(t.shape[-2:]) == (self.n, self.n)
+
+    def on_op(self, event, args, kwargs, out) -> None:
+        name = event.short_name.lower()
+        tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+        if event.level == "function":
+            self._statistics(event, name, args, kwargs)
+            if "softmax" in name and tensors and self._square(tensors[0]):
+                self._softmax_calls.add(event.call)
+            elif "masked_fill" in name or name in ("where", "mul", "__mul__", "mul_"):
+                if any(self._square(t) for t in tensors):
+                    if event.call in self._softmax_calls and event.call not in self._masked_before_softmax:
+                        self.note("normalisation leak", event, "a mask is applied to the attention weights after "
+                                  "the softmax, and none before it")
+                    elif "masked_fill" in name:
+                        self._masked_before_softmax.add(event.call)
+        if "masked_fill" in name:
+            value = kwargs.get("value", args[2] if len(args) > 2 else None)
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = float(value)
+            if isinstance(value, float) and -50 < value < 0 and any(self._square(t) for t in tensors):
+                self.note("fill value too small", event, f"masked_fill with value {value:g}")
+        if any(k in name for k in ("add", "scaled_dot_product_attention", "multi_head_attention_forward", "baddbmm")):
+            for t in tensors:
+                if self._square(t) and t.is_floating_point() and _zero_one(t):
+                    self.note("float 0/1 mask added", event, f"a float 0/1 tensor of shape {tuple(t.shape)} "
+                              f"given to {event.short_name}, which adds it to the scores")
+                    break
+
+    def _statistics(self, event, name: str, args, kwargs) -> None:
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if x is None or x.dim() != 3 or x.shape[1] != self.n or x.shape[2] == self.n:
+            return
+        if name in ("layer_norm", "group_norm"):
+            shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
+            if isinstance(shape, (tuple, list, torch.Size)) and len(shape) >= 2:
+                self.note("statistics over the sequence", event, f"layer_norm over {tuple(shape)}, which includes "
+                          "the sequence axis")
+        elif name in ("mean", "var", "std", "sum", "amax", "max", "norm", "var_mean", "std_mean"):
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+            if any(isinstance(d, int) and d in (1, -2) for d in dims):
+                self.note("statistics over the sequence", event, f"{event.short_name} over dim {dim} of a "
+                          f"{tuple(x.shape)} tensor (the sequence axis)")
+
+
+def _zero_one(t: torch.Tensor) -> bool:
+    values = t.detach()
+    zero, one = values == 0, values == 1
+    return bool((zero | one).all()) and bool(zero.any()) and bool(one.any())
+
+
+def _op_clues(ctx, n: int, seed: int) -> _OpClues:
+    """Record one forward of the base sequence and read the ops that explain a leak."""
+    subject = ctx.subject
+    sequence, _ = _perturbed_sequence(ctx, n, seed)
+    args, kwargs = _inputs(subject, sequence[:1], seed)
+    clues = _OpClues(n)
+    ctx.record(args, kwargs, f"a recorded forward at length {n}", on_op=clues.on_op)
+    return clues
+
+
+def _pattern(ctx, m: Measurement) -> tuple[str, tuple | None]:
+    """The named pattern of a leak, and the op that shows it (if the ops showed it)."""
+    if m.first_layer_map is not None:
+        shape = _shape_pattern(m.first_layer_map, m.first_layer_tolerance)
+    else:
+        shape = _shape_pattern(m.output_map, m.tolerance)
+    if shape not in ("no mask at all", "partial leak"):
+        return shape, None
+    # Dependence on every later position has several causes; the recorded ops tell them apart.
+    clues = _op_clues(ctx, m.length, m.length).found
+    for name in ("statistics over the sequence", "fill value too small", "float 0/1 mask added",
+                 "normalisation leak"):
+        if name in clues:
+            return name, clues[name]
+    return shape, None
+
+
+# ----- findings -------------------------------------------------------------------------------------
+
+def _leak_map(m: Measurement) -> leakmap.LeakMap:
+    """The map over the perturbed positions (columns) and the outputs at them and just before them (rows)."""
+    n = m.length
+    columns = perturbed_positions(n)
+    rows = sorted({q for k in columns for q in (k - 1, k) if q >= 0}) if n > MAX_PERTURBED else list(range(n))
+    roles = [["forbidden" if k > q else "allowed" for k in columns] for q in rows]
+    values = m.output_map[rows][:, columns].tolist()
+    return leakmap.LeakMap("causal", f"output position (row) x perturbed position (column), length {n}",
+                           [f"q{q}" for q in rows], [f"k{k}" for k in columns], values, roles, m.tolerance)
+
+
+def _evidence(subject, measures: list[Measurement]) -> dict:
+    notes = []
+    if subject.kind == "seq2seq":
+        notes.append("the target tokens are perturbed; the source is fixed")
+    if subject.kind == "seq2seq" and _takes_torch_tgt_mask(subject):
+        notes.append("tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) is passed, as torch documents")
+    return {
+        "lengths": [m.length for m in measures],
+        "per_length": [{"length": m.length, **m.judgement.evidence()} for m in measures],
+        "causal": subject.fact("causal"), "causal_from": subject.source_of("causal") or "declared",
+        "perturbation": "each position in turn: another token id, plus a random vector of the embedding's "
+                        "scale added to its embedding" if not subject.facts.get("takes_features") else
+                        "each position in turn: other random features",
+        "perturbed_positions": {m.length: perturbed_positions(m.length) for m in measures},
+        "assumptions": notes,
+    }
+
+
+def _pass_finding(subject, measures: list[Measurement]) -> Finding:
+    worst = max(measures, key=lambda m: m.judgement.largest / m.tolerance)
+    lengths = " and ".join(str(m.length) for m in measures)
+    message = (f"no output depends on a later position at lengths {lengths} (largest change "
+               f"{worst.judgement.largest:.3g} <= tolerance {worst.tolerance:.3g}; perturbing the past changed the "
+               f"output by up to {worst.judgement.control:.3g})")
+    if subject.kind is None:
+        message += "; the kind is unknown, so this only says the model is causal as measured"
+    return Finding(ID, Status.PASS, message, Location(module=""),
+                   {**worst.judgement.evidence(), **_evidence(subject, measures)})
+
+
+def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
+    subject = ctx.subject
+    pattern, op = _pattern(ctx, m)
+    row, meaning = PATTERNS[pattern]
+    lm = _leak_map(m)
+    dep = m.output_map if m.judgement.largest == _largest(m.output_map, _forbidden(m.length)) else m.first_layer_map
+    scored = torch.where(_forbidden(m.length), dep.nan_to_num(nan=-1.0), torch.full_like(dep, -1.0))
+    q, k = divmod(int(scored.argmax()), m.length)
+    where = f" It first appears in layer '{m.first_layer}'." if m.first_layer else ""
+    if m.non_finite_positions:
+        where += (f" The output is not finite at positions {m.non_finite_positions} (marked ?), which hides "
+                  "changes there.")
+    if op is not None:
+        where += f" The op: {op[3]}" + (f" at {op[1]}:{op[2]}" if op[1] else "") + "."
+    measured = _forbidden(m.length) & ~m.output_map.isnan()
+    leaks = int((measured & (m.output_map > m.tolerance)).sum())
+    message = (f"causal leak ({pattern}): {meaning}. At length {m.length} output position {q} changed by "
+               f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {leaks} of "
+               f"{int(measured.sum())} (query, later key) pairs measured leak.{where}")
+    evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern, "first_leaking_layer": m.first_layer,
+                "layers": m.layers, "largest_leak_at": {"query": q, "key": k}, **leakmap.evidence_of(lm)}
+    if op is not None:
+        evidence["op"] = {"name": op[0], "file": op[1], "line": op[2], "detail": op[3]}
+    location = Location(module=m.first_layer, file=op[1] if op else None, line=op[2] if op else None)
+    if subject.kind is None:
+        message = (f"the kind is unknown: if this model is causal, declare causal=true (or kind=decoder) and this "
+                   f"is a failure; if it is an encoder, declare kind=encoder (or causal=false). Measured: {message}")
+        return Finding(ID, Status.WARN, message, location, evidence, row)
+    return Finding(ID, Status.FAIL, message, location, evidence, row)

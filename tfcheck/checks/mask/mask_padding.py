@@ -1,0 +1,336 @@
+"""mask.padding: real tokens' outputs do not depend on what sits at padded positions.
+
+One batched pass of three padded samples, each padded differently (left, in the middle, right: a mask
+laid out for the wrong sample only shows then), in three groups of rows:
+A the padded samples; B the same with other content at the pads (other token ids where the mask is
+passed in, and a random vector added to the pads' embeddings, which also works where the mask is built
+inside from pad_id and the pad ids must stay); C a real token changed (the positive control: real
+outputs must move). On a leak, one recorded pass of A shows where the mask meets the scores.
+Where the mask is built inside, one more pass compares the right-padded sample with the same sequence
+unpadded (right-padding equivalence: positions are unchanged).
+"""
+from __future__ import annotations
+
+
+import torch
+
+from tfcheck.probe import flow
+from tfcheck.ui import leakmap
+from tfcheck.explainers import shrinking
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.model.subject import forward_params
+
+ID = "mask.padding"
+LENGTH = 10
+SAMPLES = 3
+ROWS = ("padding-mask-inverted", "padding-mask-query-axis", "padding-mask-ignored", "padding-mask-cross-attention",
+        "padding-leak")
+
+PATTERNS = {
+    "inverted convention": ("padding-mask-inverted",
+                            "pads attend, real tokens are masked: real outputs follow the pads, and a changed real "
+                            "token reaches no other real token"),
+    "mask on the query axis": ("padding-mask-query-axis",
+                               "the padding mask is laid out on the query axis ((b, 1, s, 1)) instead of the key "
+                               "axis ((b, 1, 1, s)), so real tokens still attend to the pads"),
+    "mask ignored": ("padding-mask-ignored", "the padding mask does not reach the attention: pads are attended "
+                                             "like real tokens"),
+    "mask not reaching cross-attention": ("padding-mask-cross-attention",
+                                          "the encoder masks the padding, but the decoder's cross-attention "
+                                          "attends to the padded source positions"),
+    "padding leak": ("padding-leak", "some real tokens depend on pad content, in no shape tfcheck recognises"),
+}
+
+
+def _applies(subject) -> str | None:
+    mode = _mode(subject)
+    return mode[len("not applicable: "):] if mode.startswith("not applicable") else None
+
+
+@check(ID, "real tokens' outputs do not depend on padded positions", rows=ROWS,
+       kinds=("encoder", "decoder", "seq2seq", None), order=41, applies=_applies)
+def mask_padding(ctx) -> list[Finding]:
+    """Pad three samples differently and change only what sits at the pads (mask unchanged): real
+    positions' outputs must stay within float rounding, while changing a real token must change them.
+    Where the mask is built inside from pad_id, the right-padded sample must also match itself unpadded.
+    A seq2seq model is padded on the source side; its decoder output is judged."""
+    subject = ctx.subject
+    mode = _mode(subject)
+    if mode.startswith("not applicable") or mode.startswith("inconclusive"):
+        return [Finding(ID, Status.SKIP, mode, evidence={"mask": str(subject.fact("mask")),
+                                                         "pad_id": subject.fact("pad_id")})]
+    n = subject.probe_length(LENGTH)
+    if n < 8:
+        return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
+                        "differently (8 positions needed)", evidence={"max_len": n})]
+    return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)))]
+
+
+def _mode(subject) -> str:
+    """argument | internal | undeclared (pad_id known, no mask declared), or why the check cannot run."""
+    mask = subject.fact("mask")
+    if subject.facts.get("inputs") is not None:
+        return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot place "
+                "padding in them")
+    if mask.argument is not None:
+        return "argument"
+    if subject.facts.get("takes_features"):
+        return ("not applicable: the model takes features and no padding mask; declare mask=ARG:CONVENTION if a "
+                "forward argument takes one")
+    if mask.convention == "internal":
+        if subject.fact("pad_id") is None:
+            return "inconclusive: mask=internal but pad_id is unknown; declare pad_id"
+        return "internal"
+    if subject.fact("pad_id") is not None and "mask" not in subject.declared:
+        return "undeclared"
+    return ("not applicable: the model takes no padding mask; declare mask=ARG:CONVENTION or pad_id")
+
+
+def _layout(n: int) -> torch.Tensor:
+    """(3, n) keep mask, True = real: left padding, padding in the middle, right padding, of different
+    amounts (pads before real tokens matter for causal models; after them, for the others)."""
+    keep = torch.ones(SAMPLES, n, dtype=torch.bool)
+    keep[0, :3] = False
+    keep[1, 4:6] = False
+    keep[2, n - 4:] = False
+    return keep
+
+
+class _Measured:
+    """The outputs of one measurement, split by row group, and what is needed to judge them."""
+
+    def __init__(self, mode: str, n: int, keep: torch.Tensor, control_at: list[int], groups: dict,
+                 layers: list, equivalence: float | None, seq2seq: bool, tolerance: float, perturbed: list[str],
+                 ids_changed: bool = True):
+        self.mode, self.n, self.keep, self.control_at, self.ids_changed = mode, n, keep, control_at, ids_changed
+        self.groups, self.layers, self.equivalence, self.seq2seq = groups, layers, equivalence, seq2seq
+        self.tolerance, self.perturbed = tolerance, perturbed
+
+
+def _measure(ctx, mode: str, n: int, change_ids: bool = False):
+    subject = ctx.subject
+    seed = 17
+    gen = torch.Generator().manual_seed(seed)
+    device = subject.device
+    keep = _layout(n).to(device)
+    pads = ~keep
+    features = bool(subject.facts.get("takes_features"))
+    real = subject.random_primary(SAMPLES, n, gen)
+    pad_id = subject.fact("pad_id")
+    if features or pad_id is None:
+        base = real
+    else:
+        base = torch.where(pads, torch.full_like(real, pad_id), real)
+    # the positive control: the first real position of each sample changes
+    control_at = [int(keep[i].nonzero()[0]) for i in range(SAMPLES)]
+    control_where = torch.zeros_like(keep)
+    control_where[torch.arange(SAMPLES), control_at] = True
+    ids_changed = mode == "argument" and (features or pad_id is None or change_ids)
+    if ids_changed:
+        other_pads = _other_content(subject, base, pads, seed + 1, gen)
+    else:  # the pads hold pad_id, which must stay (a mask or positions may be built from it): only embeddings move
+        other_pads = base
+    control = _other_content(subject, base, control_where, seed + 2, gen)
+    primary = [base, other_pads, control]
+    masks = [keep, keep, keep]
+    primary, masks = torch.cat(primary), torch.cat(masks)
+    rows = primary.shape[0]
+    embedding_where = torch.zeros_like(masks)
+    embedding_where[SAMPLES:2 * SAMPLES] = pads
+    target = _target(subject, n, rows, gen)
+    args, kwargs = _inputs(subject, primary, target, masks)
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
+            leakmap.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
+        probe = ctx.run(args, kwargs, f"{SAMPLES} padded samples of length {n}, their pads changed, a real token "
+                                      "changed")
+    out = probe.output
+    out_len = target.shape[1] if target is not None else n
+    if out.dim() < 2 or tuple(out.shape[:2]) != (rows, out_len):
+        return Finding(ID, Status.SKIP, f"inconclusive: the output has shape {tuple(out.shape)}, not one entry per "
+                       f"position (batch {rows}, length {out_len}), so real positions cannot be compared",
+                       evidence={"output_shape": tuple(out.shape)})
+    if not ids_changed and not perturbed and mode == "argument":
+        # No embedding received the token ids, so keeping pad_id in the pads changed nothing at all: change
+        # the pad ids themselves (one more pass) rather than pass on a probe that perturbed nothing.
+        return _measure(ctx, mode, n, change_ids=True)
+    groups = {name: out[i * SAMPLES:(i + 1) * SAMPLES] for i, name in enumerate("ABC")}
+    equivalence = None
+    if mode != "argument":
+        equivalence = _right_padding_equivalence(ctx, base, keep, target, groups["A"])
+    encoder = [(p, v) for p, v in layers if v.dim() >= 2 and v.shape[1] == n] if target is not None else []
+    return _Measured(mode, n, keep, control_at, groups, encoder[-1:], equivalence, target is not None,
+                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed)
+
+
+def _other_content(subject, base: torch.Tensor, where: torch.Tensor, seed: int, gen) -> torch.Tensor:
+    if base.is_floating_point():
+        return torch.where(where[..., None], torch.randn(base.shape, generator=gen).to(base.device), base)
+    return flow.replace_tokens(subject, base, where, seed)
+
+
+def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
+    """The decoder input of a seq2seq model: fixed, real, and shorter than the source (so the encoder's
+    layers are told from the decoder's by length)."""
+    if not subject.takes_target:
+        return None
+    target = subject.random_primary(1, n - 2, gen)
+    return target.expand(rows, *target.shape[1:])
+
+
+def _inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
+    args, kwargs = subject.inputs_for(primary, target, keep=keep)
+    mask = subject.fact("mask")
+    params = forward_params(subject.model)
+    if mask.argument == "src_key_padding_mask" and "memory_key_padding_mask" in params \
+            and "memory_key_padding_mask" not in kwargs:
+        # torch.nn.Transformer documents both: the source padding is given to the encoder and, as
+        # memory_key_padding_mask, to the decoder's cross-attention.
+        kwargs["memory_key_padding_mask"] = subject.mask_value(keep)
+    return args, kwargs
+
+
+def _right_padding_equivalence(ctx, base, keep, target, padded_out) -> float | None:
+    """Largest change of the right-padded sample's real outputs against the same sequence unpadded."""
+    subject = ctx.subject
+    length = int(keep[2].sum())
+    args, kwargs = subject.inputs_for(base[2:3, :length], None if target is None else target[:1])
+    out = ctx.run(args, kwargs, f"the right-padded sample unpadded (length {length})").output
+    reference = padded_out[2:3] if target is not None else padded_out[2:3, :length]
+    if tuple(out.shape) != tuple(reference.shape):
+        return None
+    return float(flow.change_per_position(reference, out).max())
+
+
+# ----- judging --------------------------------------------------------------------------------------
+
+def _real_outputs(m: _Measured) -> torch.Tensor:
+    a = m.groups["A"]
+    return torch.ones(a.shape[:2], dtype=torch.bool, device=a.device) if m.seq2seq else m.keep
+
+
+def _judge(ctx, m) -> Finding:
+    if isinstance(m, Finding):
+        return m
+    real = _real_outputs(m)
+    a, b, c = m.groups["A"], m.groups["B"], m.groups["C"]
+    leak_change = flow.change_per_position(a, b)
+    leak = float(leak_change[real].max())
+    control_change = flow.change_per_position(a, c)
+    others = real.clone()
+    if not m.seq2seq:  # the changed token's own output moves by itself; the control is about the others
+        others[torch.arange(SAMPLES), m.control_at] = False
+    control = min(float(control_change[i][others[i]].max()) for i in range(SAMPLES))
+    judgement = flow.Judgement(max(leak, m.equivalence or 0.0), m.tolerance, control)
+    evidence = _evidence(m, judgement, leak, leak_change)
+    if judgement.leaked:
+        return _leak_finding(ctx, m, judgement, evidence, leak_change)
+    if not judgement.conclusive:
+        return Finding(ID, Status.SKIP, f"inconclusive: changing a real token changed no other real output "
+                       f"(largest change {control:.3g} <= tolerance {m.tolerance:.3g}), so the probe did not reach "
+                       "the output", evidence=evidence)
+    how = ("pad-content invariance with the mask passed in" if m.mode == "argument"
+           else "pad-embedding invariance and right-padding equivalence with the mask built from pad_id")
+    return Finding(ID, Status.PASS, f"real tokens' outputs do not depend on padding ({how}; largest change "
+                   f"{judgement.largest:.3g} <= tolerance {m.tolerance:.3g}; a changed real token moved the others by "
+                   f"at least {control:.3g})", Location(module=""), evidence)
+
+
+def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change: torch.Tensor) -> dict:
+    layout = ["".join("." if k else "_" for k in row.tolist()) for row in m.keep]
+    ev = {**judgement.evidence(), "pad_content_change": leak, "right_padding_equivalence_change": m.equivalence,
+          "length": m.n, "layout": layout, "mask_from": m.mode,
+          "perturbation": ("other token ids at the pads and a random vector added to their embedding"
+                           if m.ids_changed else "a random vector added to the pads' embedding (ids stay pad_id)"),
+          "embeddings_perturbed": m.perturbed}
+    if m.seq2seq:
+        ev["side"] = "the source is padded; every position of the decoder output is judged"
+    return ev
+
+
+def _leak_map(m: _Measured, leak_change: torch.Tensor) -> leakmap.LeakMap:
+    roles = [["real" if r else "pad" for r in row] for row in _real_outputs(m).tolist()]
+    title = ("decoder output position per sample (source padded as shown in 'layout')" if m.seq2seq
+             else "output position per sample")
+    return leakmap.LeakMap("padding", title, [f"sample {i}" for i in range(SAMPLES)],
+                           [f"p{j}" for j in range(leak_change.shape[1])], leak_change.tolist(), roles, m.tolerance)
+
+
+def _pattern(ctx, m: _Measured, judgement: flow.Judgement) -> tuple[str, str]:
+    """The named pattern and the measurement that names it."""
+    if m.seq2seq and m.layers:
+        path, value = m.layers[0]
+        enc = flow.change_per_position(value[:SAMPLES], value[SAMPLES:2 * SAMPLES])
+        enc_tol = flow.tolerance(value[:SAMPLES])
+        if float(enc[m.keep].max()) <= enc_tol:
+            return "mask not reaching cross-attention", (f"the encoder output ('{path}') at real source positions is "
+                                                         f"unchanged (<= {enc_tol:.3g}), the decoder output is not")
+    if judgement.control <= judgement.tolerance:
+        return "inverted convention", (f"a changed real token moved the other real outputs by only "
+                                       f"{judgement.control:.3g} (tolerance {judgement.tolerance:.3g})")
+    axis = _mask_axis(ctx, m)
+    if axis == "query":
+        return "mask on the query axis", "a per-sample mask shaped (b, ..., s, 1) is applied to the (s, s) scores"
+    if axis is None:
+        return "mask ignored", "no per-sample mask is applied to the attention scores in the recorded ops"
+    return "padding leak", "the pad content reaches real positions"
+
+
+def _mask_axis(ctx, m: _Measured) -> str | None:
+    """Record one forward of the padded samples: 'query' when a per-sample mask is applied to square
+    (s, s) scores on the query axis, 'key' when one is applied on the key axis, None when none is."""
+    subject = ctx.subject
+    n = m.n
+    gen = torch.Generator().manual_seed(23)
+    real = subject.random_primary(SAMPLES, n, gen)
+    pad_id = subject.fact("pad_id")
+    tokens = real if pad_id is None or real.is_floating_point() else torch.where(m.keep, real, torch.full_like(real, pad_id))
+    target = _target(subject, n, SAMPLES, gen)
+    args, kwargs = _inputs(subject, tokens, target, m.keep)
+    seen: set[str] = set()
+
+    def on_op(event, op_args, op_kwargs, out):
+        name = event.short_name.lower()
+        if not any(k in name for k in ("masked_fill", "where", "add", "sub", "mul", "scaled_dot_product",
+                                       "baddbmm", "multi_head_attention")):
+            return
+        tensors = [t for t in (*op_args, *op_kwargs.values()) if isinstance(t, torch.Tensor)]
+        scores = [t for t in tensors if t.dim() >= 3 and tuple(t.shape[-2:]) == (n, n)]
+        if not scores and not ("scaled_dot" in name or "multi_head" in name):
+            return
+        largest = max((t.numel() for t in scores), default=None)
+        for t in tensors:
+            if t.dim() < 2 or t.shape[0] % SAMPLES or (largest is not None and t.numel() >= largest):
+                continue  # not a per-sample (or per sample and head) mask smaller than the scores
+            if tuple(t.shape[-2:]) == (n, 1):
+                seen.add("query")
+            elif t.shape[-1] == n and (t.dim() == 2 or t.shape[-2] in (1, n)):
+                seen.add("key")
+
+    ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples", on_op=on_op)
+    return "query" if "query" in seen else ("key" if "key" in seen else None)
+
+
+def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, leak_change) -> Finding:
+    subject = ctx.subject
+    pattern, basis = _pattern(ctx, m, judgement)
+    row, meaning = PATTERNS[pattern]
+    lm = _leak_map(m, leak_change)
+    real = _real_outputs(m)
+    masked = torch.where(real, leak_change, torch.full_like(leak_change, -1.0))
+    sample, position = divmod(int(masked.argmax()), masked.shape[1])
+    what = f"sample {sample}'s output at position {position} changed by {float(masked.max()):.3g}"
+    if m.equivalence is not None and m.equivalence > m.tolerance and evidence["pad_content_change"] <= m.tolerance:
+        what = (f"the right-padded sample's real outputs differ from the same sequence unpadded by "
+                f"{m.equivalence:.3g}")
+    message = (f"padding leak ({pattern}): {meaning}. When only padded positions changed, {what} (tolerance "
+               f"{m.tolerance:.3g}); {lm.leaks} real outputs changed. Why this pattern: {basis}.")
+    evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, **leakmap.evidence_of(lm)}
+    location = Location(module=m.layers[0][0] if pattern == "mask not reaching cross-attention" else "")
+    if m.mode == "undeclared":
+        message = (f"pad_id={subject.fact('pad_id')} is known but no padding mask is declared: if the model masks "
+                   "padding from pad_id, declare mask=internal and this is a failure; if it takes no padding, declare "
+                   f"mask=none. Measured: {message}")
+        return Finding(ID, Status.WARN, message, location, evidence, row)
+    return Finding(ID, Status.FAIL, message, location, evidence, row)

@@ -1,0 +1,311 @@
+"""attention.scale: every attention scales its logits by 1/√d_k, d_k the per-head size.
+
+One recorded forward (batch 2, all real tokens). At each attention site the effective scale is measured
+against the projections, not the product: the logits the softmax normalised over (q_proj · k_projᵀ),
+where q_proj / k_proj are the projection outputs the query and key operands were made from (matched
+exactly, up to one scalar, by their per-head vector norms, which a head split, a transpose, a repeat of
+key heads and a rotary embedding all keep). So a model that scales q before the product
+(nn.MultiheadAttention), both q and k by d_k^-¼ (Whisper), or passes ``alpha=`` to ``baddbmm`` measures
+right. For ``F.scaled_dot_product_attention`` the logits are never materialised: its ``scale`` argument
+(default 1/√q.size(-1)) times the operand scalars is the measurement.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.attention_sites import AttentionSite, _Captured, PROJECTIONS
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.model.subject import PROBE_BATCH
+
+ID = "attention.scale"
+ROW = "attention-scale-wrong"
+#: Relative deviation from the expected scale that still counts as right (float rounding is ~1e-6;
+#: the named wrong scales are a factor √heads ≥ √2 or more away).
+TOLERANCE = 0.02
+#: The shared recorded probe's batch: several samples, so a bias shared by all of them (position bias,
+#: causal mask) can be told apart from the scale.
+BATCH = PROBE_BATCH
+#: model_type values of the families that fold 1/√d_k into the initialisation of the query projection
+#: and run unscaled attention by design (Raffel et al. 2020, Mesh TensorFlow).
+UNSCALED_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano", "udop")
+#: model_type values of families that run unscaled attention as released (their weights were trained so).
+UNSCALED_AS_RELEASED = ("gpt_neo",)
+
+
+@dataclass
+class Measured:
+    scale: float
+    how: str  # what the scale was read from
+    traced: dict  # operand -> scalar relative to its projection, or None where it was not traced
+
+
+@check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW,), order=62)
+def attention_scale(ctx) -> list[Finding]:
+    """One recorded forward: at every attention site, the logits over q_proj·k_projᵀ must be 1/√d_k."""
+    subject = ctx.subject
+    recorded = recorded_probe.shared(ctx)
+    collector, sites = recorded.observed("attention sites"), recorded.attention_sites()
+    if not sites:
+        return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "
+                        "product of two activations followed by softmax and a product with the values, "
+                        "F.scaled_dot_product_attention and nn.MultiheadAttention)")]
+    known = known_scale(subject)
+    findings, measured = [], []
+    for site in sites:
+        m = measure(site, collector.captured)
+        if m is None:
+            continue
+        d_k = site.contracted
+        expected = known[0] if known else 1 / math.sqrt(d_k)
+        entry = {"module": site.module, "line": site.line, "d_k": d_k, "measured": m.scale, "expected": expected,
+                 "read_from": m.how, "operand_scalars": m.traced}
+        measured.append(entry)
+        if abs(m.scale / expected - 1) > TOLERANCE and not any(f.location.module == site.module for f in findings):
+            findings.append(_judge(subject, site, m, expected, known, entry,
+                                   {c.event.index: c for c in collector.captured}))
+    if not measured:
+        return [Finding(ID, Status.SKIP, "inconclusive: attention was found but no site's logits could be measured "
+                        "(the scores varied too little across the batch)", evidence={"sites": len(sites)})]
+    evidence = {"sites": measured, "tolerance": TOLERANCE,
+                "expected_from": known[1] if known else "1/√d_k, d_k the size the score product sums over"}
+    if findings:
+        return [_with(f, evidence) for f in findings[:3]]
+    where = f" ({known[1]})" if known else ""
+    if known and known[1].startswith("config.model_type"):
+        # By design, yet it looks like the "not scaled" bug; say why instead of passing silently.
+        finding = Finding(ID, Status.WARN, f"{len(measured)} attention sites are not scaled by 1/√d_k ({known[1]}): "
+                          "correct for this family by design; a model of it initialised or trained otherwise gets a "
+                          "too-peaked softmax. accept=attention.scale:REASON silences this", Location(module=""),
+                          evidence, row=ROW)
+        reason = subject.accepted.get(ID)
+        if reason:  # the engine accepts failures only; this check's own warning honours accept too
+            finding = finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
+        return [finding]
+    return [Finding(ID, Status.PASS, f"{len(measured)} attention sites scale their logits by "
+                    f"{measured[0]['expected']:.4g}{where}, within {TOLERANCE:.0%}", Location(module=""), evidence)]
+
+
+def _with(finding: Finding, evidence: dict) -> Finding:
+    return Finding(finding.check, finding.status, finding.message, finding.location,
+                   {**finding.evidence, **evidence}, finding.row)
+
+
+def known_scale(subject) -> tuple[float, str] | None:
+    """A scale the model's config states or implies: (scale, source), or None for the standard 1/√d_k."""
+    cfg = getattr(subject.model, "config", None)
+    if cfg is None:
+        return None
+    model_type = getattr(cfg, "model_type", None)
+    if model_type in UNSCALED_FAMILIES:
+        return 1.0, (f"config.model_type = {model_type!r}: the T5 family runs unscaled attention and folds "
+                     "1/√d_k into the query projection's initialisation")
+    if model_type in UNSCALED_AS_RELEASED:
+        return 1.0, (f"config.model_type = {model_type!r}: this family runs unscaled attention as released "
+                     "(its Mesh TensorFlow origin); its weights were trained that way")
+    if getattr(cfg, "scale_attn_weights", True) is False:
+        return 1.0, "config.scale_attn_weights = False"
+    scalar = getattr(cfg, "query_pre_attn_scalar", None)
+    if isinstance(scalar, (int, float)) and scalar > 0:
+        return scalar ** -0.5, f"config.query_pre_attn_scalar = {scalar}"
+    multiplier = getattr(cfg, "attention_multiplier", None)
+    if isinstance(multiplier, (int, float)) and multiplier > 0:
+        return float(multiplier), f"config.attention_multiplier = {multiplier}"
+    return None
+
+
+# ----- measuring -------------------------------------------------------------------------------------
+
+def measure(site: AttentionSite, captured: list[_Captured]) -> Measured | None:
+    by_index = {c.event.index: c for c in captured}
+    q_axis, k_axis = _contracted_axes(site, by_index.get(site.score_op.index))
+    if q_axis is None:
+        return None
+    before = [c for c in captured if c.event.index < site.score_op.index and c.event.short_name in PROJECTIONS
+              and not c.extra.get("no_parameter") and c.out is not None]
+    traced = {"q": _relative_to_projection(site.query.tensor, q_axis, before),
+              "k": _relative_to_projection(site.key.tensor, k_axis, before)}
+    operands = math.prod(v for v in traced.values() if v is not None)
+    if site.form == "sdpa":
+        scale = site.options.get("scale")
+        how = "the scale= argument of scaled_dot_product_attention" if scale is not None else \
+            "scaled_dot_product_attention's default 1/√q.size(-1)"
+        base = float(scale) if scale is not None else 1 / math.sqrt(site.query.tensor.shape[-1])
+        return Measured(base * operands, how, traced)
+    fitted = _fitted_scale(_raw_product(site, by_index), _softmax_input(site, by_index))
+    if fitted is None:
+        return None
+    return Measured(fitted * operands, f"the softmax input over the product of its operands ({site.score_op.name})",
+                    traced)
+
+
+def _equation(op: _Captured | None) -> tuple[str, str, str] | None:
+    equation = op.extra.get("equation") if op is not None else None
+    if not equation or "->" not in equation or "..." in equation:
+        return None
+    inputs, out = equation.replace(" ", "").split("->")
+    parts = inputs.split(",")
+    return (parts[0], parts[1], out) if len(parts) == 2 else None
+
+
+def _contracted_axes(site: AttentionSite, score: _Captured | None) -> tuple[int | None, int | None]:
+    if site.form == "sdpa":
+        return -1, -1
+    if site.score_op.short_name == "einsum":
+        parsed = _equation(score)
+        if parsed is None:
+            return None, None
+        sa, sb, so = parsed
+        summed = [c for c in sa if c in sb and c not in so]
+        return (sa.index(summed[0]), sb.index(summed[0])) if len(summed) == 1 else (None, None)
+    return -1, -2  # q @ kᵀ: q's features last, kᵀ's features second to last
+
+
+def _raw_product(site: AttentionSite, by_index: dict) -> torch.Tensor | None:
+    """q·kᵀ recomputed from the operands, without the alpha, beta or bias of baddbmm."""
+    q, k = site.query.tensor.double(), site.key.tensor.double()
+    try:
+        if site.score_op.short_name == "einsum":
+            sa, sb, so = _equation(by_index.get(site.score_op.index))
+            return torch.einsum(f"{sa},{sb}->{so}", q, k)
+        return q @ k
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
+def _softmax_input(site: AttentionSite, by_index: dict) -> torch.Tensor | None:
+    """What the softmax normalised: the scaled, masked, biased logits."""
+    soft = by_index.get(site.softmax_op.index) if site.softmax_op is not None else None
+    return soft.operands[0] if soft is not None and soft.operands else None
+
+
+def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None) -> float | None:
+    """s in logits = s · (q·kᵀ) + b, b any bias that is the same for every sample (a relative
+    position bias, a causal mask, ALiBi); masked entries (non-finite or huge) are left out."""
+    if raw is None or logits is None or raw.numel() != logits.numel():
+        return None
+    raw = raw.double().reshape(BATCH, -1)  # batch outermost, also where heads are merged into it
+    logits = logits.double().reshape(BATCH, -1)
+    scale = float(raw.abs().max()) + 1.0
+    valid = (torch.isfinite(logits) & (logits.abs() < 1e4 * scale)).all(0)
+    if int(valid.sum()) < 2:
+        return None
+    d_raw = (raw - raw.mean(0))[:, valid]
+    d_logits = (logits - logits.mean(0))[:, valid]
+    denominator = float((d_raw * d_raw).sum())
+    if denominator <= 1e-12 * max(float((raw * raw).sum()), 1e-30):
+        return None
+    return float((d_raw * d_logits).sum()) / denominator
+
+
+def _norms(t: torch.Tensor, axis: int) -> torch.Tensor:
+    v = t.movedim(axis, -1)
+    return v.reshape(-1, v.shape[-1]).double().norm(dim=-1).sort().values
+
+
+def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[_Captured]) -> float | None:
+    """c with operand = c · (a rearranged, rotated or repeated slice of a projection output), found by its
+    sorted per-head vector norms; the nearest preceding projection that matches. None if none does."""
+    d = int(operand.shape[axis])
+    norms = _norms(operand, axis)
+    n = norms.numel()
+    for proj in reversed(projections[-12:]):
+        out = proj.out
+        if out.dim() < 2 or out.shape[-1] % d:
+            continue
+        chunks = out.double().reshape(-1, out.shape[-1] // d, d).norm(dim=-1)  # (tokens, chunks)
+        tokens, groups = chunks.shape
+        candidates = []
+        if tokens * groups == n:
+            candidates.append(chunks.flatten())
+        elif (tokens * groups) % n == 0 and groups % ((tokens * groups) // n) == 0:  # fused q/k/v projection
+            parts = (tokens * groups) // n
+            width = groups // parts
+            candidates += [chunks[:, i * width:(i + 1) * width].flatten() for i in range(parts)]
+        elif n % (tokens * groups) == 0:  # key heads repeated for grouped-query attention
+            repeat = n // (tokens * groups)
+            candidates.append(chunks.flatten().repeat_interleave(repeat))
+        for cand in candidates:
+            c = _scalar_between(norms, cand.sort().values)
+            if c is not None:
+                return c
+    return None
+
+
+def _scalar_between(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    """c with a = c · b elementwise (both sorted), or None when no single scalar fits."""
+    if a.numel() != b.numel():
+        return None
+    denominator = float((b * b).sum())
+    if denominator <= 0:
+        return None
+    c = float((a * b).sum()) / denominator
+    residual = float((a - c * b).abs().max())
+    return c if residual <= 1e-4 * float(a.abs().max()) + 1e-12 else None
+
+
+# ----- judging ---------------------------------------------------------------------------------------
+
+def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]:
+    """(what the scale is, whether it is a known bug)."""
+    close = lambda x, y: abs(x / y - 1) <= TOLERANCE  # noqa: E731
+    root = math.sqrt(d_k)
+    if close(measured, 1.0):
+        return "not scaled (logits are the raw q·kᵀ)", True
+    if close(measured, root):
+        return f"multiplied by √d_k = {root:.3g} instead of divided", True
+    if d_model and d_model != d_k and close(measured, 1 / math.sqrt(d_model)):
+        return f"divided by √d_model = {math.sqrt(d_model):.3g} instead of √d_k = {root:.3g}", True
+    if close(measured, 1 / d_k):
+        return f"divided by d_k = {d_k} (the muP scale 1/d_k) instead of √d_k = {root:.3g}", False
+    return f"scaled by {measured:.4g} (= 1/{1 / measured:.4g}) instead of 1/√d_k = 1/{root:.3g}", False
+
+
+def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict) -> Finding:
+    d_k = site.contracted
+    what, bug = diagnose(m.scale, d_k, subject.fact("d_model"))
+    module = site.module or "<root>"
+    location = Location(module=site.module, file=site.file, line=site.line)
+    untraced = [name for name, c in m.traced.items() if c is None]
+    evidence = {**entry, "diagnosis": what}
+    if known:
+        return Finding(ID, Status.WARN, f"attention in '{module}' is {what}, but {known[1]} implies {expected:.4g}: "
+                       "the config and the code disagree.", location, evidence)
+    if bias := _position_bias(site, by_index):
+        bug = False
+        what += f"; the logits also get an added position bias ({bias})"
+    if untraced and not bug:
+        what += f" ({' and '.join(untraced)} not traced to a projection: a qk-norm or a learned temperature?)"
+    if bug:
+        return Finding(ID, Status.FAIL,
+                       f"attention in '{module}' is {what} (d_k = {d_k}, measured scale {m.scale:.4g}, expected "
+                       f"{expected:.4g}). Too large a scale saturates the softmax (vanishing gradients); too small "
+                       "flattens it. Use scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), or leave "
+                       "scale=None in F.scaled_dot_product_attention.", location, evidence, row=ROW)
+    status, message = Status.WARN, (
+        f"attention in '{module}' is {what} (d_k = {d_k}, measured {m.scale:.4g}, expected {expected:.4g}). "
+        "Some designs do this on purpose (T5 folds 1/√d_k into its initialisation, muP uses 1/d_k, qk-norm and "
+        "learned temperatures rescale); if yours does, declare accept={'attention.scale': 'why'}.")
+    reason = subject.accepted.get(ID)
+    if reason:
+        status, message = Status.ACCEPTED, f"{message} (accepted: {reason})"
+    return Finding(ID, status, message, location, evidence, row=ROW)
+
+
+def _position_bias(site: AttentionSite, by_index: dict) -> str | None:
+    """A finite bias added to the logits that differs across (query, key) pairs the same way in every
+    sample (T5's relative position buckets, ALiBi): a sign of a relative-position design."""
+    logits, raw = _softmax_input(site, by_index), _raw_product(site, by_index)
+    fitted = _fitted_scale(raw, logits)
+    if fitted is None:
+        return None
+    bias = (logits.double().reshape(BATCH, -1) - fitted * raw.reshape(BATCH, -1)).mean(0)
+    finite = bias[torch.isfinite(bias) & (bias.abs() < 1e4)]
+    if finite.numel() < 2 or float(finite.std()) < 1e-3:
+        return None
+    return f"spread {float(finite.std()):.3g} across query-key pairs"

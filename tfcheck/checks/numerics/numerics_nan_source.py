@@ -1,0 +1,156 @@
+"""numerics.nan_source: padded batches, as training makes them, give finite outputs and gradients.
+
+One recorded forward and one backward (``torch.autograd.grad``) on a batch of three: a full sequence, a
+half-padded one and a fully padded one. The loss reads only real positions, as a loss with
+``ignore_index`` does. Every op's output is looked at; the first op producing a NaN (or an Inf not written
+on purpose, e.g. ``masked_fill(mask, -inf)``) is named with its module path, source line and what its
+inputs held (rows that were entirely −inf?).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.numerics import NonFiniteTracker, Producer, all_finite
+from tfcheck.probe.recorder import Recorder
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.model.subject import TARGET_LENGTH_DELTA
+
+ID = "numerics.nan_source"
+ROW = "nan-from-masked-row"
+LENGTH = 8
+
+
+def _not_applicable(subject) -> str | None:
+    if subject.kind == "attention":
+        return "an attention module takes no padding mask tfcheck can build"
+    mask = subject.fact("mask")
+    if mask is not None and mask.argument is not None:
+        return None
+    if mask is not None and mask.convention == "internal" and subject.fact("pad_id") is not None \
+            and not subject.facts.get("takes_features"):
+        return None
+    return ("the model takes no padding mask and its pad id is unknown, so tfcheck cannot build a padded batch "
+            "(declare mask=ARG:keep|pad|additive, or mask=internal with pad_id=INT)")
+
+
+@check(ID, "padded batches (with a fully padded row) give finite outputs and gradients", rows=(ROW,), order=64,
+       applies=_not_applicable, builds_inputs=True)
+def nan_source(ctx) -> list[Finding]:
+    """Forward and backward on [full, half padded, fully padded]: NaN or Inf in the real samples' outputs
+    or in any gradient fails, naming the first op that produced it."""
+    subject = ctx.subject
+    args, kwargs, keep = _padded_batch(subject)
+    params = [p for p in subject.model.parameters() if p.requires_grad and p.is_floating_point()]
+    tracker = NonFiniteTracker()
+    grads = []
+    with Recorder(subject.model, on_op=tracker):
+        probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row", grad=True)
+        out = probe.output
+        real = _real_positions(out, keep)
+        if params and out.requires_grad and real is not None:
+            weights = torch.randn(out.shape[-1], generator=torch.Generator().manual_seed(5)).to(out.device, out.dtype)
+            loss = (out[real] * weights).sum()
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            ctx.count_backward(probe.batch * probe.length)
+    if real is None:
+        return [Finding(ID, Status.SKIP, f"inconclusive: the output {tuple(out.shape)} is not laid out (batch, length, "
+                        f"...) like the padded batch {tuple(keep.shape)}, so real and padded positions cannot be told "
+                        "apart", evidence={"output_shape": tuple(out.shape), "batch": tuple(keep.shape)})]
+    per_sample = [bool((~torch.isfinite(out[i].detach())).any()) for i in range(out.shape[0])]
+    bad_grads = [name for (name, p), g in zip(_named(subject.model, params), grads)
+                 if g is not None and not all_finite(g)]
+    evidence = {"batch": ["full", "half padded", "fully padded"], "length": probe.length,
+                "non_finite_output_per_sample": per_sample, "parameters_with_non_finite_gradient": bad_grads[:8],
+                "gradients_checked": sum(g is not None for g in grads), "ops_watched": tracker.ops,
+                "padding_built_by": _how_padded(subject),
+                "first_nan_producer": tracker.nan.to_dict() if tracker.nan else None,
+                "first_inf_producer": tracker.inf.to_dict() if tracker.inf else None}
+    producer = tracker.nan or tracker.inf
+    if any(per_sample[:2]) or bad_grads:
+        spread = [w for w, bad in (("the outputs of real (not fully padded) samples", any(per_sample[:2])),
+                                   (f"the gradients of {len(bad_grads)} parameters", bool(bad_grads))) if bad]
+        return [Finding(ID, Status.FAIL,
+                        f"on a padded batch with one fully padded row, non-finite values reached {' and '.join(spread)}. "
+                        + _cause(producer) + " A row with every key masked must stay finite: fill with "
+                        "torch.finfo(scores.dtype).min instead of -inf, or zero the probabilities of fully masked rows.",
+                        _location(producer), evidence, row=ROW)]
+    if per_sample[2]:
+        inside_torch_mha = producer is not None and _inside_torch_mha(subject.model, producer)
+        message = ("the fully padded sample's output is NaN/Inf (the real samples and every gradient are finite). "
+                   + _cause(producer))
+        if inside_torch_mha:
+            message += (" It comes from inside torch's own nn.MultiheadAttention, which behaves so on a sequence "
+                        "with every key padded; drop empty sequences from the batch.")
+        else:
+            message += " Harmless only while no loss or metric reads that row; drop empty sequences or fill masks with finfo.min."
+        return [Finding(ID, Status.WARN, message, _location(producer), {**evidence, "warning": "fully padded row"},
+                        row=ROW)]
+    if not evidence["gradients_checked"]:
+        return [Finding(ID, Status.SKIP, "inconclusive: no gradient reached a parameter, so the backward was not "
+                        "checked", Location(module=""), evidence)]
+    return [Finding(ID, Status.PASS, f"outputs and {evidence['gradients_checked']} gradients are finite on a padded "
+                    "batch with a fully padded row", Location(module=""), evidence)]
+
+
+def _padded_batch(subject):
+    gen = torch.Generator().manual_seed(13)
+    length = subject.probe_length(LENGTH)
+    tokens = subject.random_primary(3, length, gen)
+    keep = torch.ones(3, length, dtype=torch.bool, device=tokens.device)
+    keep[1, length // 2:] = False
+    keep[2] = False
+    target = None
+    if subject.takes_target:
+        target = subject.random_primary(3, max(1, length + TARGET_LENGTH_DELTA), gen)
+    mask = subject.fact("mask")
+    if mask.argument is None:  # the model masks its pad ids itself
+        tokens = tokens.masked_fill(~keep, subject.fact("pad_id"))
+        args, kwargs = subject.inputs_for(tokens, target)
+    else:
+        args, kwargs = subject.inputs_for(tokens, target, keep=keep)
+    # A seq2seq output runs over the (unpadded) target: every target position is real.
+    return args, kwargs, keep if target is None else torch.ones(3, target.shape[1], dtype=torch.bool)
+
+
+def _how_padded(subject) -> str:
+    mask = subject.fact("mask")
+    if mask.argument is None:
+        return f"pad id {subject.fact('pad_id')} in the tokens (the model masks internally)"
+    return f"the mask argument {mask.argument} ({mask.convention} convention)"
+
+
+def _real_positions(out: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
+    if out.dim() < 2 or tuple(out.shape[:2]) != tuple(keep.shape) or not out.is_floating_point():
+        return None
+    return keep.to(out.device)
+
+
+def _named(model: nn.Module, params: list) -> list:
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [(names.get(id(p), "?"), p) for p in params]
+
+
+def _cause(producer: Producer | None) -> str:
+    if producer is None:
+        return "No single op was caught producing it (it may come from an opaque kernel)."
+    return f"The first producer: {producer.describe()}."
+
+
+def _location(producer: Producer | None) -> Location:
+    if producer is None:
+        return Location(module="")
+    e = producer.event
+    return Location(module=e.module, file=e.file, line=e.line)
+
+
+def _inside_torch_mha(model: nn.Module, producer: Producer) -> bool:
+    modules = dict(model.named_modules())
+    path = producer.event.module
+    while path:
+        if isinstance(modules.get(path), nn.MultiheadAttention):
+            return True
+        path = path.rpartition(".")[0]
+    return False

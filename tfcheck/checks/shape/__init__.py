@@ -1,0 +1,1 @@
+"""Shape checks: the forward runs and returns the documented shapes, with a residual stream."""

@@ -1,0 +1,116 @@
+"""shape.contract: for several batch sizes and lengths the output has the expected shape and dtype, and
+is finite."""
+from __future__ import annotations
+
+import torch
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+
+ID = "shape.contract"
+
+
+@check(ID, "output shape, dtype and finiteness at several batch sizes and lengths",
+       rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails", "out-of-memory"),
+       order=10)
+def shape_contract(ctx) -> list[Finding]:
+    """Run batch 1 and batch 3 at length 1, the probe length and the capped maximum, and compare each
+    output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
+    for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
+    parameters' floating dtype; and require every value to be finite."""
+    subject = ctx.subject
+    allowed, why = subject.expected_last_dims()
+    param_dtype = _param_dtype(subject.model)
+    verdicts = []
+    for batch, length in _probe_sizes(subject.probe_lengths()):
+        probe = ctx.forward(batch, length)
+        verdicts.append(_judge(probe.output, batch, _output_length(subject, length), allowed, why, param_dtype))
+    return _grouped(verdicts)
+
+
+def _grouped(verdicts: list[Finding]) -> list[Finding]:
+    """One finding per distinct problem (the first size that shows it, the other sizes in evidence), or one
+    pass that lists every size checked."""
+    problems: dict[str, list[Finding]] = {}
+    for v in verdicts:
+        if v.status is not Status.PASS:
+            problems.setdefault(v.evidence["problem"], []).append(v)
+    if not problems:
+        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in verdicts]
+        last = verdicts[-1]
+        last_dim = last.evidence["output_shape"][2]
+        return [Finding(ID, Status.PASS, f"output is (batch, length, {last_dim}), "
+                        f"{last.evidence['dtype'].replace('torch.', '')} and finite at output batch x length "
+                        f"{', '.join(sizes)}", last.location,
+                        {"sizes": sizes, "last_dim_from": last.evidence["last_dim_from"],
+                         "checked": [{k: x for k, x in v.evidence.items() if k != "problem"} for v in verdicts]})]
+    out = []
+    for group in problems.values():
+        first = group[0]
+        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in group]
+        evidence = {**{k: v for k, v in first.evidence.items() if k != "problem"}, "failing_sizes": sizes}
+        also = f" (also at {', '.join(sizes[1:])})" if len(sizes) > 1 else ""
+        out.append(Finding(ID, first.status, first.message + also, first.location, evidence, first.row))
+    return out
+
+
+def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Batch 1 and batch 3 alternating over the lengths (so the standard probe, memoised, is one of
+    them), and the longest at both batch sizes."""
+    sizes = [(1 if i % 2 == 0 else PROBE_BATCH, n) for i, n in enumerate(lengths)]
+    sizes.append((1 if sizes[-1][0] == PROBE_BATCH else PROBE_BATCH, lengths[-1]))
+    return sizes
+
+
+def _output_length(subject, length: int) -> int:
+    return max(1, length + TARGET_LENGTH_DELTA) if subject.kind == "seq2seq" and subject.facts.get("inputs") is None \
+        else length
+
+
+def _param_dtype(model) -> torch.dtype | None:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return None
+
+
+def _judge(out: torch.Tensor, batch: int, length: int, allowed: tuple[int, ...], why: str,
+           param_dtype: torch.dtype | None) -> Finding:
+    shape = tuple(out.shape)
+    last = allowed[0] if len(allowed) == 1 else (" or ".join(map(str, allowed)) if allowed else "*")
+    expected = (batch, length, last)
+    evidence = {"batch": batch, "length": length, "output_shape": shape, "expected_shape": expected,
+                "last_dim_from": why, "dtype": str(out.dtype), "problem": None}
+    where = Location(module="")
+    matches = len(shape) == 3 and shape[:2] == (batch, length) and (not allowed or shape[2] in allowed)
+    if not matches:
+        evidence["problem"] = "shape"
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has shape {shape}; expected "
+                       f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last),
+                       where, evidence, row="output-shape")
+    if not out.is_floating_point() or (param_dtype is not None and out.dtype != param_dtype):
+        evidence["problem"] = "dtype"
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output dtype is {out.dtype}; "
+                       f"expected the parameters' dtype {param_dtype}", where, evidence, row="output-shape")
+    bad = ~torch.isfinite(out)
+    if bad.any():
+        n_nan, n_inf = int(torch.isnan(out).sum()), int(torch.isinf(out).sum())
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        evidence.update(problem="non-finite", nan=n_nan, inf=n_inf, first_non_finite_index=first,
+                        tolerance="0 non-finite values")
+        return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has {n_nan} NaN and {n_inf} Inf "
+                       f"values of {out.numel()} (first at index {first}, i.e. sample {first[0]}, position "
+                       f"{first[1]})", where, evidence, row="loss-nan")
+    return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape}", where, evidence)
+
+
+def _shape_hint(shape: tuple, batch: int, length: int, last_dim) -> str:
+    if len(shape) == 3 and batch != length and shape[:2] == (length, batch):
+        return "; batch and length are swapped (batch_first mismatch, or a missing transpose)"
+    if len(shape) == 2 and shape[0] == batch:
+        return "; the length axis is gone (only one position returned, or pooled)"
+    if len(shape) == 3 and shape[:2] == (batch, length) and last_dim != "*":
+        return f"; last dim {shape[2]} where {last_dim} was expected"
+    return ""

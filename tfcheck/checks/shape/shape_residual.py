@@ -1,0 +1,252 @@
+"""shape.residual: every residual connection adds tensors of the same shape, and every attention and
+feed-forward sublayer sits inside one.
+
+Residual adds are found from the recorded ops, not from module names: an add whose one operand ``x`` was
+made before a sublayer ran and whose other operand ``y`` was computed from ``x`` through that sublayer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfcheck.probe import recorded_probe
+from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+
+ID = "shape.residual"
+ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
+INPLACE_ADDS = frozenset({"__iadd__", "add_"})
+ATTENTION_OPS = frozenset({"softmax", "_softmax", "_safe_softmax", "scaled_dot_product_attention",
+                           "multi_head_attention_forward", "_native_multi_head_attention"})
+#: How far back a dependence search may walk (ops), so a huge graph cannot stall the check.
+SEARCH_LIMIT = 20000
+
+
+@dataclass
+class Residual:
+    add: OpEvent
+    stream: tuple  # shape of the operand that skips the sublayer
+    branch: tuple  # shape of the operand computed through it
+    sublayer: ModuleCall | None
+
+
+@check(ID, "residual adds keep (batch, length, d_model); attention and FFN sit inside a residual",
+       rows=("residual-width", "tensor-size-mismatch", "residual-missing"), kinds=("encoder", "decoder", "seq2seq", None),
+       order=20)
+def shape_residual(ctx) -> list[Finding]:
+    """One recorded forward at the probe size. Each residual add is judged by its operands' shapes; each
+    attention (a softmax or fused attention op) and each feed-forward (a Linear widening d -> d_ff followed
+    by one narrowing back) must feed a residual add whose other operand predates it."""
+    graph = Dataflow(recorded_probe.shared(ctx).recording)
+    residuals = graph.residuals()
+    findings = [_width_finding(r) for r in residuals if r.stream != r.branch]
+    findings += [_missing_finding(kind, call) for kind, call in graph.uncovered(residuals)]
+    if findings:
+        return findings
+    if not residuals:
+        return [Finding(ID, Status.SKIP, "inconclusive: no residual add found in the recorded forward (a model "
+                        "without residual connections, or adds tfcheck cannot see)", evidence={"adds_seen": 0})]
+    names = sorted({r.sublayer.path for r in residuals if r.sublayer is not None})
+    return [Finding(ID, Status.PASS, f"{len(residuals)} residual adds, each of operands of one shape "
+                    f"{residuals[0].stream}; sublayers: {', '.join(names) or '(functional)'}", Location(module=""),
+                    {"residuals": [{"sublayer": r.sublayer.path if r.sublayer else None, "shape": r.stream,
+                                    "at": f"{r.add.file}:{r.add.line}"} for r in residuals]})]
+
+
+def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
+    """For a forward that raises in an add: which sublayer made the operand of the wrong shape."""
+    from tfcheck.engine.context import ModelRaised
+
+    from tfcheck.probe.recorder import Recorder
+    from tfcheck.explainers.trace import visible_attention
+
+    recorder = Recorder(ctx.subject.model, track_ids=True)
+    try:
+        with visible_attention(), recorder:
+            ctx.run(args, kwargs, "a recorded rerun of the failing forward")
+    except ModelRaised:
+        pass
+    graph = Dataflow(recorder.recording)
+    for r in graph.residuals():
+        if r.add.raised and r.sublayer is not None:
+            return (f"The residual add at {r.add.file}:{r.add.line} got {r.branch} from sublayer "
+                    f"'{r.sublayer.path}' ({r.sublayer.cls}) for the stream {r.stream}: that sublayer changes the "
+                    f"width {r.stream[-1]} -> {r.branch[-1]}.")
+    return None
+
+
+def _width_finding(r: Residual) -> Finding:
+    name = f"'{r.sublayer.path}' ({r.sublayer.cls})" if r.sublayer else "the sublayer"
+    change = ""
+    if r.stream and r.branch and len(r.stream) == len(r.branch) and r.stream[-1] != r.branch[-1]:
+        change = f": width {r.stream[-1]} -> {r.branch[-1]}"
+    verb = "and the add fails" if r.add.raised else "and the add broadcasts silently"
+    return Finding(ID, Status.FAIL, f"the residual add at {r.add.file}:{r.add.line} adds {r.branch} from {name} to "
+                   f"the stream {r.stream}{change} — the sublayer does not return the shape it receives, {verb}",
+                   Location(r.sublayer.path if r.sublayer else r.add.module, r.add.file, r.add.line),
+                   {"stream_shape": r.stream, "sublayer_output_shape": r.branch, "tolerance": "shapes equal"},
+                   row="residual-width" if not r.add.raised else "tensor-size-mismatch")
+
+
+def _missing_finding(kind: str, call: ModuleCall | OpEvent) -> Finding:
+    where = call.path if isinstance(call, ModuleCall) else call.module
+    return Finding(ID, Status.WARN, f"no residual path around the {kind} in '{where or '<root>'}': its output "
+                   "reaches the next layer without x + sublayer(x). Deep stacks without it train badly; if the "
+                   "design is intended (e.g. a single-layer head), accept it: accept=shape.residual:REASON",
+                   Location(where), {"sublayer": kind}, row="residual-missing")
+
+
+class Dataflow:
+    """Which tensor each op made, and what depends on what, over one recording with tensor identities."""
+
+    def __init__(self, recording: Recording):
+        self.rec = recording
+        self.made_by: dict[int, int] = {}
+        # In-place updates of a tensor (m += a): its value now also depends on the update's operands.
+        self.updated_by: dict[int, list[int]] = {}
+        for op in recording.ops:
+            if op.level == "function" or op.parent_op is None:
+                for t in op.output_ids:
+                    # An op that hands back one of its inputs (dropout in eval, an in-place op) did not
+                    # make that tensor: keep its real maker, or the chain back to the sublayer breaks.
+                    if t not in op.input_ids:
+                        self.made_by[t] = op.index
+                    elif op.short_name in INPLACE_ADDS:
+                        self.updated_by.setdefault(t, []).append(op.index)
+        self.ops = [o for o in recording.ops if o.level == "function" or o.parent_op is None]
+        self.by_index = {o.index: o for o in self.ops}
+
+    def depends(self, later: int, earlier: set[int]) -> bool:
+        """Whether tensor ``later`` was computed (through ops) from any tensor in ``earlier``."""
+        seen, todo = set(), [later]
+        while todo and len(seen) < SEARCH_LIMIT:
+            t = todo.pop()
+            if t in earlier:
+                return True
+            if t in seen:
+                continue
+            seen.add(t)
+            for index in (self.made_by.get(t, -1), *self.updated_by.get(t, ())):
+                op = self.by_index.get(index)
+                if op is not None:
+                    todo.extend(i for i in op.input_ids if i != t)
+        return False
+
+    def residuals(self) -> list[Residual]:
+        out = []
+        for op in self.ops:
+            if op.short_name not in ADDS or op.phase != "forward" or len(op.input_ids) != 2 or len(op.inputs) != 2:
+                continue
+            if not all(m.dtype.startswith(("float", "bfloat")) for m in op.inputs) or op.input_ids[0] == op.input_ids[1]:
+                continue
+            # A residual stream is (batch, length, d_model) (or flattened): a 4-d add is scores plus an
+            # additive mask or a position bias (eager attention), never a residual.
+            if any(len(m.shape) > 3 for m in op.inputs):
+                continue
+            for (x, xm), (y, ym) in (((op.input_ids[0], op.inputs[0]), (op.input_ids[1], op.inputs[1])),
+                                     ((op.input_ids[1], op.inputs[1]), (op.input_ids[0], op.inputs[0]))):
+                sub = self._sublayer(x, y, op)
+                if sub is not None:
+                    out.append(Residual(op, xm.shape, ym.shape, sub))
+                    break
+        return out
+
+    def _sublayer(self, x: int, y: int, add: OpEvent) -> ModuleCall | None:
+        """The heaviest module call that took ``x`` (or a normalised x) in and led to ``y``, outside the add's
+        own module stack; None when ``y`` does not come from ``x`` through a module."""
+        born = self.made_by.get(x, -1)
+        ancestors = self._ancestors(add.call)
+        candidates = []
+        for call in self.rec.calls:
+            if call.index in ancestors or call.first_op <= born or call.last_op >= add.index or not call.output_ids:
+                continue
+            if (x in call.input_ids or self._fed_from(call, x)) and self.depends(y, set(call.output_ids)):
+                candidates.append(call)
+        if not candidates:
+            return None
+        return max(candidates, key=lambda c: (c.last_op - c.first_op, -c.depth))
+
+    def _fed_from(self, call: ModuleCall, x: int) -> bool:
+        """Pre-LN: the sublayer's input is a function of x made by one module (the norm)."""
+        for t in call.input_ids:
+            op = self.by_index.get(self.made_by.get(t, -1))
+            if op is not None and x in op.input_ids:
+                return True
+            maker = next((c for c in self.rec.calls if t in c.output_ids and x in c.input_ids), None)
+            if maker is not None:
+                return True
+        return False
+
+    def _ancestors(self, index: int | None) -> set[int]:
+        out = set()
+        while index is not None:
+            out.add(index)
+            index = self.rec.calls[index].parent
+        return out
+
+    def uncovered(self, residuals: list[Residual]) -> list[tuple[str, ModuleCall]]:
+        """Attention and feed-forward sublayers whose output no residual add carries around them."""
+        out = []
+        for kind, call in self._sublayers():
+            if self._adds_its_input(call) or any(self._carries(r, call) for r in residuals):
+                continue
+            if not any(call.path == c.path for _, c in out):
+                out.append((kind, call))  # once per module: a layer shared across depth (ALBERT) is one finding
+        return out
+
+    def _adds_its_input(self, call: ModuleCall) -> bool:
+        """A sublayer that adds its own input back itself, with projections that are no modules of their own
+        (XLNet's post_attention: einsum with a parameter, then attn_out + h): an add inside the call of one
+        of the call's inputs and a tensor the call made."""
+        for op in self.ops:
+            if op.index < call.first_op or op.index > call.last_op or op.short_name not in ADDS:
+                continue
+            if len(op.input_ids) == 2 and any(
+                    x in call.input_ids and call.first_op <= self.made_by.get(y, -1) <= call.last_op
+                    for x, y in (op.input_ids, op.input_ids[::-1])):
+                return True
+        return False
+
+    def _carries(self, r: Residual, call: ModuleCall) -> bool:
+        """Whether residual add ``r`` carries the stream around sublayer ``call``: its stream predates the
+        call, and its other operand is the call's output (an add after it) or was made inside the call (an
+        add the sublayer does itself: ALBERT's LayerNorm(x + attention), Bloom's dropout_add)."""
+        if min(self.made_by.get(t, -1) for t in r.add.input_ids) >= call.first_op:
+            return False
+        if r.add.index > call.last_op:
+            return any(self.depends(t, set(call.output_ids)) for t in r.add.input_ids)
+        return r.add.index >= call.first_op and \
+            any(call.first_op <= self.made_by.get(t, -1) <= call.last_op for t in r.add.input_ids)
+
+    def _sublayers(self) -> list[tuple[str, ModuleCall]]:
+        found = []
+        for call in self.rec.calls:
+            if call.parent is None or not call.output_ids:
+                continue
+            direct = [o for o in self.rec.ops_in(call) if o.call == call.index]
+            if any(o.short_name in ATTENTION_OPS for o in direct):
+                found.append(("attention", call))
+        found += [("feed-forward", c) for c in self._feed_forwards()]
+        return found
+
+    def _feed_forwards(self) -> list[ModuleCall]:
+        """Linear pairs d -> d_ff -> d (widening then narrowing back), returned as the narrowing call."""
+        linears = [c for c in self.rec.calls if c.cls == "Linear" and c.inputs and c.outputs is not None]
+        out = []
+        for i, wide in enumerate(linears):
+            d_in, d_mid = _last(wide.inputs), _last(wide.outputs)
+            if d_in is None or d_mid is None or d_mid <= d_in:
+                continue
+            for narrow in linears[i + 1:]:
+                if _last(narrow.inputs) == d_mid and _last(narrow.outputs) == d_in and \
+                        self.depends(narrow.input_ids[0] if narrow.input_ids else -1, set(wide.output_ids)):
+                    out.append(narrow)
+                    break
+        return out
+
+
+def _last(structure) -> int | None:
+    meta = structure[0] if isinstance(structure, list) and structure else structure
+    shape = getattr(meta, "shape", None)
+    return shape[-1] if shape else None

@@ -1,0 +1,1 @@
+"""Training checks: schedules, normalisation, dropout, padding embedding and a few optimiser steps."""

@@ -1,0 +1,131 @@
+"""embedding.padding (a warning): the pad token's embedding is zero and gets no gradient (padding_idx
+matching the declared pad_id), or padding is masked everywhere, so what the pad vector holds cannot reach
+a real token's output."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.flow import change_per_position, tolerance
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+
+ID = "embedding.padding"
+#: Pads at the end of the probe (right padding, the usual training layout).
+PADS = 2
+#: Scale of the random vector added to the pad tokens' (and, as the positive control, a real token's) embedding.
+DELTA = 1.0
+
+
+def _not_applicable(subject) -> str | None:
+    if subject.facts.get("takes_features") or subject.facts.get("inputs") is not None:
+        return "the model does not take token ids"
+    if subject.fact("pad_id") is None:
+        return "no pad token (pad_id is unknown); declare pad_id=INT if the model is trained on padded batches"
+    if not _token_embeddings(subject):
+        return f"no nn.Embedding with vocab_size={subject.fact('vocab_size')} rows"
+    return None
+
+
+@check(ID, "the pad embedding is zero and untrained, or padding cannot reach real outputs",
+       rows=("pad-embedding-not-ignored",), kinds=("encoder", "decoder", "seq2seq", None), order=88,
+       applies=_not_applicable)
+def embedding_padding(ctx) -> list[Finding]:
+    """Read the token embeddings (nn.Embedding with vocab_size rows): padding_idx == pad_id and a zero
+    pad row pass with no pass at all. Otherwise one forward of 3 right-padded samples, with a vector added
+    to the embedding output at the pad positions of sample 1 and at a real position of sample 2 (the
+    positive control, which must move the real outputs): if sample 1's real outputs move, the pad vector
+    reaches them, a warning."""
+    subject = ctx.subject
+    pad = subject.fact("pad_id")
+    tables = _token_embeddings(subject)
+    states = {name: _state(emb, pad) for name, emb in tables}
+    evidence = {"pad_id": pad, "embeddings": states}
+    if all(s["padding_idx_matches"] and s["pad_row_norm"] == 0 for s in states.values()):
+        return [Finding(ID, Status.PASS, f"the pad embedding (id {pad}) is zero and gets no gradient in "
+                        f"{', '.join(repr(n) for n in states)} (padding_idx={pad})", Location(tables[0][0]), evidence)]
+    length = subject.probe_length()
+    if length <= PADS + 1:
+        return [Finding(ID, Status.SKIP, f"inconclusive: max_len={length} leaves no room for padding",
+                        evidence=evidence)]
+    name, moved, control, tol = _pad_reach(ctx, tables, pad, length)
+    evidence.update(pad_change=moved, positive_control_change=control, tolerance=tol, probe=f"3 x {length}, "
+                    f"{PADS} right pads", perturbed=name)
+    if name is None:
+        return [Finding(ID, Status.SKIP, "inconclusive: no token embedding was called on the probe's tokens",
+                        evidence=evidence)]
+    state = states[name]
+    what = (f"padding_idx={state['padding_idx']}" + (f" (pad_id is {pad})" if not state["padding_idx_matches"] else "")
+            + f", pad row norm {state['pad_row_norm']:.3g}")
+    if control <= tol:
+        return [Finding(ID, Status.SKIP, f"inconclusive: the pad embedding of '{name}' is not zero ({what}), and "
+                        f"changing a real token's embedding did not change the other outputs either (change "
+                        f"{control:.3g}), so the measurement cannot tell", evidence=evidence)]
+    if moved <= tol:
+        return [Finding(ID, Status.PASS, f"the pad embedding of '{name}' is not zero ({what}), but padding is masked: "
+                        f"changing it moves no real token's output (change {moved:.3g} <= {tol:.3g}; a real token's "
+                        f"change moves them by {control:.3g})", Location(name), evidence)]
+    return [Finding(ID, Status.WARN, f"the pad embedding of '{name}' is not zero and not frozen ({what}), and it "
+                    f"reaches the real tokens' outputs (change {moved:.3g} > {tol:.3g}): what the pad vector learns "
+                    f"leaks into every padded batch. Build the embedding with padding_idx={pad} (re-zero the row after "
+                    "any re-initialisation), and mask padding as attention keys", Location(name), evidence,
+                    row="pad-embedding-not-ignored")]
+
+
+def _token_embeddings(subject) -> list[tuple[str, nn.Embedding]]:
+    sizes = {subject.fact("vocab_size"), subject.fact("output_vocab_size")} - {None}
+    return [(n, m) for n, m in subject.model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings in sizes]
+
+
+def _state(emb: nn.Embedding, pad: int) -> dict:
+    norm = float(emb.weight.detach()[pad].norm()) if 0 <= pad < emb.num_embeddings else float("nan")
+    return {"padding_idx": emb.padding_idx, "padding_idx_matches": emb.padding_idx == pad, "pad_row_norm": norm}
+
+
+def _pad_reach(ctx, tables: list[tuple[str, nn.Embedding]], pad: int,
+               length: int) -> tuple[str | None, float, float, float]:
+    """(the table perturbed, largest change of sample 1's real outputs, largest change of sample 2's,
+    tolerance), from one forward."""
+    subject = ctx.subject
+    gen = torch.Generator().manual_seed(3)
+    row = subject.random_tokens(1, length, gen)
+    tokens = row.repeat(3, 1)
+    keep = torch.ones(3, length, dtype=torch.bool, device=tokens.device)
+    keep[:, length - PADS:] = False
+    tokens[~keep] = pad
+    target = None
+    if subject.takes_target:
+        target = subject.random_tokens(1, max(1, length - 2), gen).repeat(3, 1)
+    args, kwargs = subject.inputs_for(tokens, target, keep)
+    # A random direction: a constant vector would vanish in the next LayerNorm's mean subtraction.
+    direction = torch.randn(tables[0][1].embedding_dim, generator=gen)
+    delta = torch.zeros(3, length, direction.numel())
+    delta[1, length - PADS:] = DELTA * direction
+    delta[2, 0] = DELTA * direction
+    called: list[str] = []
+
+    def hook_for(name):
+        def hook(module, inputs, output):
+            # The first call at the probe's shape only: tied tables also embed the decoder input.
+            if called or not isinstance(output, torch.Tensor) or tuple(output.shape) != tuple(delta.shape):
+                return None
+            called.append(name)
+            return output + delta.to(output.device, output.dtype)
+        return hook
+
+    handles = [emb.register_forward_hook(hook_for(name)) for name, emb in tables]
+    try:
+        out = ctx.run(args, kwargs, "a padded forward with the pad embedding changed").output
+    finally:
+        for h in handles:
+            h.remove()
+    if not called:
+        return None, 0.0, 0.0, 0.0
+    tol = tolerance(out)
+    change = change_per_position(out[:1].expand_as(out), out)
+    # A seq2seq output is over the target positions, all real: compare them all.
+    if target is not None or out.shape[1] != length:
+        return called[0], float(change[1].max()), float(change[2].max()), tol
+    real = keep[0]
+    return called[0], float(change[1][real].max()), float(change[2][real].max()), tol

@@ -1,0 +1,120 @@
+"""train.overfit_batch: a few dozen optimiser steps on one small batch drive the loss down substantially.
+
+Any model that can learn at all memorises one tiny batch; one that cannot has its output cut off from its
+parameters (a detach, frozen weights, a loss that does not depend on them). It trains a copy.
+"""
+from __future__ import annotations
+
+import torch
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
+                              fixed_target, label_argument, labelled_inputs, lm_logits, output_loss, own_loss,
+                              sparkline)
+
+ID = "train.overfit_batch"
+#: The final loss must fall to this share of the first (all correct models tested reach <= 0.12 in 30 steps).
+PASS_RATIO = 0.5
+#: Above this share the loss has not really moved: the model does not learn.
+FAIL_RATIO = 0.9
+
+
+@check(ID, "a few dozen optimiser steps on one small batch drive the loss down", rows=("cannot-overfit-one-batch",),
+       kinds=("encoder", "decoder", "seq2seq", None), order=90, group="training")
+def train_overfit_batch(ctx) -> list[Finding]:
+    """Copy the model (eval mode: dropout off) and take train_steps Adam steps (default 30, lr 1e-2) on
+    one batch of 4 x 8: the model's own loss when it takes labels / targets, else cross-entropy against
+    fixed random classes (logits) or mean squared error to a fixed random target (hidden states). The
+    loss must fall to half its first value; hardly moving (above 90%) fails. Cost: one forward and one
+    backward of 32 tokens a step, on the copy."""
+    subject = ctx.subject
+    steps, steps_from = budget(subject)
+    try:
+        model = copy_model(subject.model)
+    except CannotCopy as exc:
+        return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only, never the model",
+                        evidence={})]
+    batch, length = batch_size(subject)
+    gen = torch.Generator().manual_seed(0)
+    label = label_argument(subject)
+    if label is not None:
+        args, kwargs = labelled_inputs(subject, label, batch, length, gen)
+        how = f"the model's own loss ({label.describe(subject)})"
+    else:
+        args, kwargs = subject.make_inputs(batch, length, seed=0)
+        how = None
+    target: dict = {}
+
+    def loss_of(m, step):
+        raw = call_copy(ctx, m, args, kwargs, f"training step {step} on one batch of {batch} x {length}")
+        if label is not None:
+            loss = own_loss(raw)
+            if loss is None:
+                raise _NoOwnLoss(label.name)
+            return loss, batch * length
+        out = subject.extract_output(raw)
+        if "value" not in target:
+            is_logits, _ = lm_logits(subject, out)
+            target["value"] = fixed_target(out, is_logits, gen)
+            target["how"] = ("cross-entropy against fixed random classes" if is_logits else
+                             "mean squared error to a fixed random target")
+        return output_loss(out, target["value"]), batch * length
+
+    try:
+        descent = descend(ctx, model, loss_of, steps)
+    except _NoOwnLoss as exc:
+        return [Finding(ID, Status.SKIP, f"inconclusive: called with {exc.name}=..., the model returned no loss "
+                        "(no .loss, ['loss'] or scalar tensor in its output); declare output=... and check the "
+                        "loss wiring by hand", evidence={"label_argument": exc.name})]
+    how = how or target.get("how", "a loss over the output")
+    losses = descent.losses
+    evidence = {"loss": how, "steps": len(losses), "steps_from": steps_from, "optimizer": f"Adam(lr={CHECK_LR})",
+                "batch": f"{batch} x {length}", "trainable_parameters": descent.trainable,
+                "frozen_parameters": descent.frozen, "parameters_without_gradient": descent.no_grad[:20],
+                "tolerance": f"final <= {PASS_RATIO} x first (fail above {FAIL_RATIO} x first)"}
+    if losses:
+        evidence.update(first_loss=losses[0], final_loss=losses[-1], curve=sparkline(losses, 30))
+    if descent.stopped is not None:
+        return [_stopped(descent, evidence)]
+    if len(losses) < 2 or losses[0] <= 1e-6:
+        return [Finding(ID, Status.SKIP, f"inconclusive: the loss starts at {losses[0] if losses else None}; "
+                        "there is nothing to descend", evidence=evidence)]
+    ratio = losses[-1] / losses[0]
+    evidence["final_over_first"] = ratio
+    if ratio <= PASS_RATIO:
+        return [Finding(ID, Status.PASS, f"{how} fell {losses[0]:.3f} -> {losses[-1]:.3f} ({ratio:.0%}) in "
+                        f"{len(losses)} steps [{sparkline(losses, 30)}]", Location(module=""), evidence)]
+    status = Status.FAIL if ratio > FAIL_RATIO else Status.WARN
+    verdict = "hardly moves" if status is Status.FAIL else "falls slowly"
+    return [Finding(ID, status, f"{how} {verdict}: {losses[0]:.3f} -> {losses[-1]:.3f} ({ratio:.0%}) in "
+                    f"{len(losses)} Adam steps at lr {CHECK_LR} on one batch [{sparkline(losses, 30)}]"
+                    f"{_why(descent)}", Location(module=""), evidence, row="cannot-overfit-one-batch")]
+
+
+class _NoOwnLoss(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _stopped(descent, evidence: dict) -> Finding:
+    if descent.trainable == 0:
+        msg = (f"every one of the {descent.frozen} parameters has requires_grad=False, so nothing can learn. "
+               "If the model is frozen on purpose (a feature extractor), accept it: "
+               "accept=train.overfit_batch:REASON")
+    else:
+        msg = f"training stopped: {descent.stopped}{_why(descent)}"
+    return Finding(ID, Status.FAIL, msg, Location(module=""), evidence, row="cannot-overfit-one-batch")
+
+
+def _why(descent) -> str:
+    if descent.no_grad and len(descent.no_grad) == descent.trainable:
+        return ("; no parameter gets a gradient: the output is cut off from the weights (.detach(), .data, "
+                "torch.no_grad or .item() in forward)")
+    if not descent.changed:
+        return "; no parameter changed"
+    if descent.no_grad:
+        return f"; {len(descent.no_grad)} parameters get no gradient (train.grad_flow names them)"
+    return ""

@@ -1,0 +1,94 @@
+"""train.target_leak: a model that computes its own loss from labels / targets must not be able to push
+that loss below ln(vocab) on random tokens. Random tokens have nothing to learn, so a loss far below
+ln(vocab) on a fresh batch means the answer is in the input: the targets are not shifted and the model
+copies its input.
+
+Who shifts is read from the argument's name: Hugging Face ``labels`` equal the input ids and are shifted
+inside the model; nanoGPT / minGPT ``targets`` are the next tokens, shifted by the caller.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.report.status import Status
+from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
+                              label_argument, labelled_inputs, own_loss)
+
+ID = "train.target_leak"
+#: A fresh-batch loss below this share of ln(V) is a leak: a model that cannot see the answer stays at
+#: ln(V) or above (correct models measured 4.58 .. 4.87 for ln(101) = 4.62); one that copies its input
+#: falls towards 0 (the reference variant reaches ~2 in 30 steps).
+LEAK_SHARE = 0.75
+#: Between LEAK_SHARE and this share, something in the input partly gives the answer away.
+SUSPECT_SHARE = 0.9
+
+
+def _not_applicable(subject) -> str | None:
+    if label_argument(subject) is None:
+        return ("the model does not compute its own loss (no labels / targets argument in forward); the loss you "
+                "compute from its output is yours to shift")
+    if subject.fact("causal") is not True:
+        return (f"not causal (causal={subject.fact('causal')}, kind={subject.kind or 'unknown'}): a masked LM's labels "
+                "are its own inputs by design. Declare causal=true (or kind=decoder) if it predicts the next token")
+    return None
+
+
+@check(ID, "a model's own loss on random tokens stays near ln(vocab_size) after a few steps",
+       rows=("targets-not-shifted",), order=91, group="training", applies=_not_applicable)
+def train_target_leak(ctx) -> list[Finding]:
+    """For a causal model whose forward takes labels / targets: copy it and take train_steps Adam steps
+    (default 30, lr 1e-2), each on a fresh random batch of 4 x 8 in the argument's convention, then compute
+    the model's own loss on another fresh batch without a graph. It must stay near ln(vocab_size)."""
+    subject = ctx.subject
+    label = label_argument(subject)
+    vocab = subject.fact("output_vocab_size")
+    if not vocab:
+        return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT", evidence={})]
+    try:
+        model = copy_model(subject.model)
+    except CannotCopy as exc:
+        return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only", evidence={})]
+    steps, steps_from = budget(subject)
+    batch, length = batch_size(subject)
+    gen = torch.Generator().manual_seed(1)
+
+    def loss_of(m, step):
+        args, kwargs = labelled_inputs(subject, label, batch, length, gen)
+        loss = own_loss(call_copy(ctx, m, args, kwargs, f"training step {step} on random tokens"))
+        if loss is None:
+            raise LookupError(label.name)
+        return loss, batch * length
+
+    try:
+        descent = descend(ctx, model, loss_of, steps)
+        args, kwargs = labelled_inputs(subject, label, batch, length, gen)
+        fresh = own_loss(call_copy(ctx, model, args, kwargs, "the loss on a fresh random batch", grad=False))
+    except LookupError:
+        return [Finding(ID, Status.SKIP, f"inconclusive: called with {label.name}=..., the model returned no loss "
+                        "(no .loss, ['loss'] or scalar tensor)", evidence={"label_argument": label.name})]
+    floor = math.log(vocab)
+    evidence = {"label_argument": label.describe(subject), "steps": len(descent.losses), "steps_from": steps_from,
+                "optimizer": f"Adam(lr={CHECK_LR})", "batch": f"{batch} x {length}, fresh random tokens each step",
+                "training_losses": [round(x, 4) for x in descent.losses], "ln_vocab": floor,
+                "tolerance": f"fresh-batch loss >= {LEAK_SHARE} x ln(vocab) (warn below {SUSPECT_SHARE} x)"}
+    if fresh is None or not math.isfinite(float(fresh)) or not descent.changed:
+        why = "training did not change the model (train.overfit_batch tells why)" if not descent.changed else \
+            f"the fresh-batch loss is {fresh}"
+        return [Finding(ID, Status.SKIP, f"inconclusive: {why}", evidence=evidence)]
+    value = float(fresh)
+    evidence["fresh_batch_loss"] = value
+    if value < SUSPECT_SHARE * floor:
+        status = Status.FAIL if value < LEAK_SHARE * floor else Status.WARN
+        return [Finding(ID, status, f"after {len(descent.losses)} steps on random tokens the model's own loss on a "
+                        f"fresh random batch is {value:.3f}, far below ln({vocab}) = {floor:.3f}: nothing in random "
+                        f"tokens predicts the next one, so the model reads the answer from its input. With "
+                        f"{label.describe(subject)}, the loss must compare position t's logits with token t + 1 "
+                        "(logits[:, :-1] against labels[:, 1:])", Location(module=""), evidence,
+                        row="targets-not-shifted")]
+    return [Finding(ID, Status.PASS, f"the model's own loss on a fresh random batch is {value:.3f} after "
+                    f"{len(descent.losses)} steps, near ln({vocab}) = {floor:.3f}: the targets are not in the input "
+                    f"({label.describe(subject)})", Location(module=""), evidence)]

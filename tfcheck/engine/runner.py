@@ -1,0 +1,355 @@
+"""The engine: load a subject, run the battery on it (forward.smoke first), and collect a report.
+Every exception is caught here: from the model it becomes a failed finding, from tfcheck an error finding."""
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from tfcheck.model import declarations as decl
+from tfcheck.engine.context import CheckContext, ModelRaised
+from tfcheck.errors import DeclarationError, SpecError, UsageError
+from tfcheck.engine.budget import BudgetExceeded, time_budget
+from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.guard import Baseline, placed_on, preserved
+from tfcheck.engine.registry import Check, all_checks
+from tfcheck.report.report import Assumption, CheckResult, ModelReport
+from tfcheck.report.status import Status
+from tfcheck.model.subject import Subject, build_subject
+
+SMOKE = "forward.smoke"
+BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
+
+
+def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
+    """The subject with keyword declarations (``source`` names where they came from, e.g. "run_checks()
+    argument") over the spec's [[tool.tfcheck.models]] entry in the working directory's pyproject.toml."""
+    from pathlib import Path
+
+    from tfcheck.model.project_config import declarations_for, find_pyproject
+
+    strong = decl.from_mapping(declarations, source)
+    if isinstance(model_or_spec, str):
+        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
+    return load_subject(model_or_spec, strong)
+
+
+def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = None,
+                 base: Path | None = None) -> Subject:
+    """Build the subject from a spec string, a module class / factory, or an instance.
+
+    ``strong`` holds the declarations that outrank the model's own ``__tfcheck__`` (command line,
+    pyproject, run_checks arguments), already merged strongest first.
+    """
+    import torch.nn as nn
+
+    from tfcheck.model import spec as spec_mod
+
+    strong = dict(strong or {})
+    if isinstance(model_or_spec, str):
+        target, attr = spec_mod.split_spec(model_or_spec)
+        origin = spec_mod.resolve_attr(spec_mod.import_target(target, base), target, attr)
+        label = model_or_spec
+    else:
+        origin = model_or_spec
+        name = getattr(origin, "__name__", type(origin).__name__)
+        label = f"<{name} instance>" if isinstance(origin, nn.Module) else name
+    from_origin = _own_declarations(origin, label)
+    merged = decl.merge(strong, from_origin)
+    if "device" in merged:  # before a model is built for nothing
+        _refuse_unavailable_device(merged["device"])
+    loaded = _built_with_a_fixed_seed(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
+    if loaded.model is not origin:
+        # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
+        # pad_id); it outranks the class's or factory's.
+        merged = decl.merge(strong, _own_declarations(loaded.model, label), from_origin)
+    if "device" in merged:
+        _refuse_unavailable_device(merged["device"])
+    return build_subject(loaded, merged)
+
+
+def _refuse_unavailable_device(declared: decl.Declared) -> None:
+    """A declared device this machine does not have is a usage error before anything runs."""
+    import torch
+
+    device = torch.device(declared.value)
+    where = f"device={declared.value} declared ({declared.source})"
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"{where} but torch.cuda.is_available() is False: this torch has no CUDA or sees no "
+                             "GPU. Run on a machine with one, install a CUDA build of torch, or drop the "
+                             "declaration (device=cpu).")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"{where} but only {torch.cuda.device_count()} CUDA device(s) are visible "
+                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); declare one of them.")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"{where} but torch.backends.mps.is_available() is False (MPS needs Apple silicon and "
+                         "a torch built with it); declare device=cpu or drop the declaration.")
+
+
+#: The seed of every model tfcheck builds itself (from a spec, a class or a factory).
+BUILD_SEED = 0
+
+
+def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]):
+    """Build the model from a fixed seed, in a fork of the random generators: every process (each pytest-xdist
+    worker, a rerun) checks the same weights, and the caller's generators are left as they were."""
+    import torch
+
+    from tfcheck.model import spec as spec_mod
+
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(BUILD_SEED)  # the CPU's only: see _seed_generators
+        return spec_mod.build(origin, label, kwargs)
+
+
+def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
+    mapping = getattr(obj, "__tfcheck__", None)
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, dict):
+        raise DeclarationError(f"__tfcheck__ on {label} must be a dict of declarations, not {type(mapping).__name__}")
+    return decl.from_mapping(mapping, f"__tfcheck__ on {getattr(obj, '__name__', type(obj).__name__)}")
+
+
+def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> list[Check]:
+    """The checks that apply to the subject (by kind and by each check's own ``applies``), in battery order.
+    Those that do not apply are noted once among the subject's assumptions, with the reason."""
+    checks = []
+    for chk in all_checks():
+        reason = chk.not_applicable(subject)
+        if reason is None:
+            checks.append(chk)
+        elif chk.applies_to(subject.kind) and not any(a.key == "not applicable" and a.value == chk.id
+                                                       for a in subject.assumptions):
+            subject.assumptions.append(Assumption("not applicable", chk.id, reason))
+    if only is not None:
+        wanted = set(only)
+        known = {c.id for c in all_checks()}
+        unknown = wanted - known
+        if unknown:
+            raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
+        checks = [c for c in checks if c.id in wanted]
+    _validate_accept(subject)
+    return checks
+
+
+def _validate_accept(subject: Subject) -> None:
+    known = {c.id for c in all_checks()}
+    unknown = set(subject.accepted) - known
+    if unknown:
+        raise DeclarationError(
+            f"'accept' names unknown check(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
+
+
+class Runner:
+    """Runs checks of one subject one at a time (the pytest plugin runs one per item), with forward.smoke
+    run first and once: when it fails, every other check is skipped as blocked by it.
+
+    ``smoke_reported`` says whether forward.smoke's own result is shown (it is not under ``--only`` or
+    ``-k`` selections that leave it out); when it is not, a blocked check fails with its explanation, so a
+    broken forward is never hidden behind skips."""
+
+    def __init__(self, subject: Subject, smoke_reported: bool = True):
+        self.subject = subject
+        self.smoke_reported = smoke_reported
+        self._smoke: CheckResult | None = None
+
+    def result(self, chk: Check) -> CheckResult:
+        if chk.id == SMOKE:
+            return self.smoke()
+        smoke = self.smoke()
+        if smoke.status in (Status.FAIL, Status.ERROR):
+            return blocked(chk, smoke, fail=not self.smoke_reported)
+        if over_budget(smoke):  # one forward did not fit the budget: no other check would
+            return blocked(chk, smoke)
+        return run_check(self.subject, chk)
+
+    def smoke(self) -> CheckResult:
+        if self._smoke is None:
+            self._smoke = run_check(self.subject, next(c for c in all_checks() if c.id == SMOKE))
+        return self._smoke
+
+
+def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
+    only = list(only) if only is not None else None
+    runner = Runner(subject, smoke_reported=only is None or SMOKE in only)
+    results = [runner.result(chk) for chk in applicable_checks(subject, only)]
+    return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
+
+
+def blocked(chk: Check, smoke: CheckResult, fail: bool = False) -> CheckResult:
+    first = smoke.findings[0]
+    if fail:
+        return CheckResult(chk.id, chk.title, [Finding(
+            chk.id, Status.FAIL, f"{SMOKE} (not selected) failed, so {chk.id} cannot run: {first.message}",
+            first.location, {**first.evidence, "blocked_by": SMOKE}, first.row)])
+    return CheckResult(chk.id, chk.title, [Finding(chk.id, Status.SKIP, f"blocked by {SMOKE}: {first.message}",
+                                                   evidence={"blocked_by": SMOKE})])
+
+
+def run_check(subject: Subject, chk: Check) -> CheckResult:
+    """Run one check on the declared device, with the model in eval mode and within the time budget, and
+    leave the model as it was."""
+    ctx = CheckContext(subject)
+    start = time.perf_counter()
+    placement = placed_on(subject.model, subject.fact("device"))
+    try:
+        moved = placement.__enter__()
+    except Exception as exc:  # out of memory on the device, a device lost: the move is undone
+        return CheckResult(chk.id, chk.title, [_move_failed(chk, subject.fact("device"), exc)], ctx.cost,
+                           time.perf_counter() - start)
+    try:
+        # A model moved for the check is put back as it was by the move itself: no baseline is needed
+        # (and the moved tensors are new ones each check).
+        if subject.baseline is None and not moved:
+            subject.baseline = Baseline(subject.model)
+        with preserved(subject.model, copy_parameters=not moved, baseline=None if moved else subject.baseline), \
+                _threads_for(subject.model):
+            subject.model.eval()
+            _seed_generators()
+            findings = _findings(ctx, chk)
+    finally:
+        placement.__exit__(None, None, None)
+    findings = [_accept(f, subject.accepted) for f in findings]
+    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
+
+
+def _move_failed(chk: Check, device: str, exc: Exception) -> Finding:
+    from tfcheck.explainers.explanation import explain_error
+
+    explanation = explain_error(exc)
+    return Finding(chk.id, Status.FAIL, f"moving the model to device={device} for {chk.id} raised "
+                   f"{type(exc).__name__}: {exc}", evidence={"device": device, **explanation.evidence},
+                   row=explanation.row or "forward-fails")
+
+
+#: The seed of the random generators at the start of every check (the guard puts the caller's back after).
+CHECK_SEED = 0
+
+
+def _seed_generators() -> None:
+    """Every check starts from the same random state, whatever ran before it in this process: dropout masks
+    and the like are the same in a serial run, in each pytest-xdist worker and in a rerun."""
+    import random
+
+    import numpy as np
+    import torch
+
+    # Not torch.manual_seed: with CUDA not yet initialised it would queue a seed that replaces the caller's
+    # own queued one and outlives the guard.
+    torch.random.default_generator.manual_seed(CHECK_SEED)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(CHECK_SEED)
+    random.seed(CHECK_SEED)
+    np.random.seed(CHECK_SEED)
+
+
+#: Below this many parameters a probe is a stream of tiny ops: one intra-op thread runs it many times faster
+#: than several (whose hand-offs dominate, worse still on a loaded machine).
+SMALL_MODEL_PARAMS = 5_000_000
+
+
+@contextlib.contextmanager
+def _threads_for(model) -> Iterator[None]:
+    import torch
+
+    threads = torch.get_num_threads()
+    small = sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS
+    if small and threads > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
+    try:
+        with time_budget(ctx.subject.fact("budget_s")):
+            findings = list(chk.func(ctx))
+    except BudgetExceeded as over:
+        return [_over_budget(ctx.subject, chk, over)]
+    except ModelRaised as raised:
+        e = raised.explanation
+        return [Finding(chk.id, Status.FAIL, e.message, e.location, e.evidence, e.row)]
+    except UsageError as exc:
+        return [Finding(chk.id, Status.FAIL, str(exc), row="forward-fails")]
+    except Exception as exc:  # tfcheck itself broke: say so, never crash the run
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return [Finding(chk.id, Status.ERROR, f"{chk.id} raised {type(exc).__name__}: {exc} — {BUG_REPORT}",
+                        evidence={"traceback": "".join(tb[-6:])})]
+    if not findings:
+        return [Finding(chk.id, Status.ERROR, f"{chk.id} returned no finding — {BUG_REPORT}")]
+    return findings
+
+
+#: The evidence key of a check stopped by its budget (and of the checks it blocks, for forward.smoke).
+OVER_BUDGET = "budget_s"
+
+
+def _over_budget(subject: Subject, chk: Check, over: BudgetExceeded) -> Finding:
+    """A check stopped by its budget is inconclusive, not failed: a slow machine is no bug in the model."""
+    source = subject.source_of("budget_s")
+    budget = f"budget_s={over.budget_s:g} from {source}" if source else f"the default budget of {over.budget_s:g} s"
+    file, line = _stopped_in(over)
+    where = f" in {file}:{line}" if file else ""
+    more = _roomier(max(over.budget_s, over.elapsed_s))
+    return Finding(
+        chk.id, Status.SKIP,
+        f"{chk.id} stopped after {over.elapsed_s:.2f} s{where}: over {budget}, so it is inconclusive. Give it "
+        f"more time with --set budget_s={more} (tfcheck check), --tfcheck-set budget_s={more} (pytest), or "
+        "budget_s in [[tool.tfcheck.models]] / __tfcheck__; or shrink the model with the kwargs declaration.",
+        Location(file=file, line=line) if file else None,
+        {"blocked_by": OVER_BUDGET, "budget_s": over.budget_s, "elapsed_s": round(over.elapsed_s, 3)})
+
+
+#: Libraries tfcheck runs checks with: a check stopped inside them was not stopped in the user's code.
+_OWN_LIBRARIES = ("hypothesis", "numpy", "rich")
+
+
+def _stopped_in(over: BudgetExceeded) -> tuple[str | None, int | None]:
+    """The innermost line of the user's code (their model, a Hugging Face model) running when the check
+    was stopped; none when tfcheck's own work was."""
+    import importlib.util
+    import os
+
+    from tfcheck.explainers.explanation import _is_library, _short_path
+
+    dirs = []
+    for name in _OWN_LIBRARIES:
+        found = importlib.util.find_spec(name)
+        if found is not None and found.origin:
+            dirs.append(os.path.dirname(found.origin))
+    for frame in reversed(traceback.extract_tb(over.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if not _is_library(frame.filename) and not path.startswith(tuple(dirs)):
+            return _short_path(path), frame.lineno
+    return None, None
+
+
+def _roomier(seconds: float) -> str:
+    """A round budget at least 2.5 times ``seconds``: 1, 2, 5, 10, 20, 50, ..."""
+    step = 1.0
+    while True:
+        for factor in (1, 2, 5):
+            if step * factor >= 2.5 * seconds:
+                return f"{step * factor:g}"
+        step *= 10
+
+
+def over_budget(result: CheckResult) -> bool:
+    return any(f.evidence.get("blocked_by") == OVER_BUDGET for f in result.findings)
+
+
+def _accept(finding: Finding, accepted: dict[str, str]) -> Finding:
+    reason = accepted.get(finding.check)
+    if reason is None or finding.status is not Status.FAIL:
+        return finding
+    return finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
+
+
+__all__ = ["load_subject", "run_model", "run_check", "applicable_checks", "SpecError"]

@@ -1,0 +1,244 @@
+"""trace_shapes: every module call of one forward, in order, with its input and output shapes and dtypes,
+its parameter count, and the functional operations that matter inside attention (matmul, softmax,
+scaled_dot_product_attention, view/reshape/transpose/permute), so the head split (b, s, d) -> (b, h, s, d_k)
+is visible even where no module wraps it.
+
+It returns a data object and prints nothing: a rich tree in a terminal or notebook, plain text from
+``str()``, ``to_dict()`` / ``to_json()`` for tools. When the forward raises, the trace up to the failure
+is returned with ``trace.error`` set (the explanation and its table row) and the failing call marked;
+``trace.raise_if_failed()`` turns that back into an exception.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.nn as nn
+
+from tfcheck.errors import UsageError
+from tfcheck.probe.recorder import ModuleCall, OpEvent, Recorder, Recording, describe, structure_dict, structure_text
+
+#: Function-level ops shown in a trace (by their short name): what shapes attention and its heads.
+SHOWN_OPS = frozenset({
+    "matmul", "bmm", "baddbmm", "einsum", "softmax", "log_softmax", "scaled_dot_product_attention",
+    "view", "reshape", "transpose", "permute", "masked_fill", "masked_fill_", "split", "chunk", "flatten",
+    "unflatten", "multi_head_attention_forward", "__matmul__", "mT", "rearrange",
+})
+#: Fused calls whose aten internals are shown under them.
+FUSED = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward", "_native_multi_head_attention"})
+SHOWN_ATEN = frozenset({"mm", "bmm", "baddbmm", "addmm", "_softmax", "_safe_softmax", "softmax", "view",
+                        "transpose", "permute", "_scaled_dot_product_flash_attention_for_cpu",
+                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                        "masked_fill", "_unsafe_view", "mul"})
+
+
+@dataclass
+class TraceFailure:
+    """Where and why the traced forward stopped."""
+
+    message: str
+    row: str | None
+    module: str | None
+    file: str | None
+    line: int | None
+    exception: BaseException | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"message": self.message, "row": self.row, "module": self.module, "file": self.file, "line": self.line}
+
+
+@dataclass
+class Trace:
+    """The record of one forward. ``calls`` and ``ops`` are in execution order."""
+
+    model_name: str
+    device: str
+    inputs: Any
+    total_params: int
+    recording: Recording
+    error: TraceFailure | None = None
+    notes: list[str] = field(default_factory=list)
+    _model: nn.Module | None = field(default=None, repr=False)
+    _example: tuple | None = field(default=None, repr=False)
+
+    @property
+    def calls(self) -> list[ModuleCall]:
+        return self.recording.calls
+
+    @property
+    def ops(self) -> list[OpEvent]:
+        return self.recording.ops
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_if_failed(self) -> "Trace":
+        if self.error is not None:
+            raise UsageError(f"the traced forward failed: {self.error.message}") from self.error.exception
+        return self
+
+    def shown_ops(self, call: ModuleCall) -> list[OpEvent]:
+        """The ops a reader wants under a call: attention-shaping function calls made directly in it,
+        and the aten internals of fused calls."""
+        out = []
+        for op in self.recording.ops_in(call):
+            if op.call != call.index or op.phase != "forward":
+                continue
+            if op.level == "function" and op.short_name in SHOWN_OPS:
+                out.append(op)
+            elif op.level == "aten" and op.parent_op is not None and \
+                    self.ops[op.parent_op].short_name in FUSED and op.short_name in SHOWN_ATEN:
+                out.append(op)
+        return out
+
+    def summary(self, **kwargs):
+        """torchinfo's summary (parameters, mult-adds) of the same model on the same inputs."""
+        import torchinfo
+
+        if self._model is None or self._example is None:
+            raise UsageError("this trace holds no model to summarise (it was loaded from JSON)")
+        args, kw = self._example
+        return torchinfo.summary(self._model, input_data=list(args), verbose=0, **kw, **kwargs)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model_name, "device": self.device, "inputs": structure_dict(self.inputs),
+                "total_params": self.total_params, "calls": [c.to_dict() for c in self.calls],
+                "ops": [o.to_dict() for o in self.ops if o.phase == "forward"],
+                "error": self.error.to_dict() if self.error else None, "notes": list(self.notes)}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __rich__(self):
+        from tfcheck.ui.render_trace import trace_tree
+
+        return trace_tree(self)
+
+    def __str__(self) -> str:
+        from tfcheck.ui.render import to_string
+
+        return to_string(self, width=120)
+
+    def _repr_pretty_(self, printer, cycle):  # IPython without rich's extension
+        printer.text(str(self))
+
+
+def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **example_kwargs: Any) -> Trace:
+    """Trace one forward of ``model`` and return the :class:`Trace`.
+
+    ``model`` is an ``nn.Module`` (or a spec string / class, loaded as the checks load it). With no example
+    inputs, tfcheck builds them as its checks do (batch 3, length 7). ``device="meta"`` traces on the meta
+    device, parameters replaced by meta tensors (nothing is allocated, any size works); ops that need data
+    are reported as the failure. The model is left as it was.
+    """
+    subject = None
+    if not isinstance(model, nn.Module) or not (example_args or example_kwargs):
+        from tfcheck.engine.runner import load_subject
+
+        subject = load_subject(model) if device != "meta" or isinstance(model, nn.Module) else _meta_subject(model)
+        model = subject.model
+    if not (example_args or example_kwargs):
+        if device != "meta" and subject.mask_layouts_to_try():
+            _settle_mask_layout(subject)
+        # built (batch, length, ...) as the checks build them; laid out as the forward takes them
+        example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
+    if device == "meta":
+        return _trace_meta(model, example_args, example_kwargs)
+    if device is not None:
+        raise UsageError(f"trace_shapes(device={device!r}): only device='meta' (or None, the model's own) is supported")
+    from tfcheck.engine.guard import preserved
+
+    # No copy of the parameters (a trace must stay cheap on big models): a forward that writes its own
+    # weights is reported instead of undone; buffers, modes, hooks and RNG are restored as always.
+    with preserved(model, copy_parameters=False) as written:
+        trace = _trace(model, example_args, example_kwargs, "model's own")
+    trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
+    return trace
+
+
+def _settle_mask_layout(subject) -> None:
+    """A forward that requires its mask laid out for the attention scores (the tutorial style): forward.smoke
+    tries the layouts, one forward each, and the subject keeps the one that runs, as in the battery."""
+    from tfcheck.engine.runner import run_check
+    from tfcheck.engine.registry import get
+
+    run_check(subject, get("forward.smoke"))
+
+
+def _meta_subject(spec: Any):
+    from tfcheck.engine.runner import load_subject
+
+    with torch.device("meta"):
+        return load_subject(spec)
+
+
+def _trace_meta(model: nn.Module, args: tuple, kwargs: dict) -> Trace:
+    from torch.func import functional_call
+
+    to_meta = lambda v: v.to("meta") if isinstance(v, torch.Tensor) else v  # noqa: E731
+    args = tuple(to_meta(a) for a in args)
+    kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    state = {n: torch.empty_like(t, device="meta") for n, t in
+             list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))}
+
+    def call(*a, **kw):
+        return functional_call(model, state, a, kw, tie_weights=True, strict=False)
+
+    return _trace(model, args, kwargs, "meta", call=call)
+
+
+def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) -> Trace:
+    call = call or model
+    recorder = Recorder(model, aten=FUSED)  # a trace shows aten ops only inside fused calls
+    error = None
+    with visible_attention(), recorder, torch.no_grad():
+        try:
+            call(*args, **kwargs)
+        except Exception as exc:
+            error = exc
+    failure = _failure(model, recorder, error, device) if error is not None else None
+    total = sum(p.numel() for p in model.parameters())
+    return Trace(type(model).__name__, device, describe(list(args) + ([kwargs] if kwargs else [])), total,
+                 recorder.recording, failure, _model=model, _example=(args, kwargs))
+
+
+def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
+    from tfcheck.explainers.explanation import ModuleStack, explain
+
+    modules = dict(model.named_modules())
+    open_calls = [c for c in recorder.recording.calls if c.raised]
+    stack = ModuleStack([(c.path, modules.get(c.path, model), [structure_text(i) for i in c.inputs]
+                          if isinstance(c.inputs, list) else []) for c in open_calls])
+    explanation = explain(exc, stack, "the traced forward")
+    message = explanation.message
+    if device == "meta" and _needs_data(exc):
+        op = next((o for o in reversed(recorder.recording.ops) if o.raised), None)
+        where = f"{op.name} in '{op.module}' at {op.file}:{op.line}" if op else "an operation"
+        message = (f"{where} needs tensor data, which the meta device does not have ({type(exc).__name__}: "
+                   f"{exc}). Trace on the real device, or make that step shape-only.")
+    loc = explanation.location
+    return TraceFailure(message, explanation.row, loc.module, loc.file, loc.line, exc)
+
+
+def _needs_data(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, NotImplementedError) or "meta" in text.lower() or "data-dependent" in text
+
+
+@contextlib.contextmanager
+def visible_attention() -> Iterator[None]:
+    """Take the math path through attention so its internals appear in the trace: nn.MultiheadAttention's
+    fused fast path off, and the math backend of scaled_dot_product_attention (same results)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)

@@ -1,0 +1,392 @@
+"""The probe core: one recorder that sees, during a forward (and backward), every module call and every
+tensor operation, with shapes, dtypes, the module it ran in and the user's source line.
+
+It uses torch's own machinery, and removes all of it on exit, also when the model raises:
+- module forward (pre-)hooks give the module-call stack and paths;
+- a ``TorchFunctionMode`` sees the Python-level calls with their arguments (``torch.matmul``,
+  ``Tensor.view``, ``F.scaled_dot_product_attention(..., scale=...)``, ``masked_fill(mask, value)``);
+- a ``TorchDispatchMode`` sees the aten operations inside everything, fused paths and backward included.
+
+Checks that need values, not only shapes, pass ``on_op``: it receives each event with the real arguments
+and outputs, so the recorder never keeps tensors alive.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tfcheck package
+_STDLIB_DIR = os.path.dirname(os.__file__)
+
+#: Python-level calls that say nothing about the computation (property reads, size queries).
+_NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
+          ".__len__", ".__bool__", ".__index__", ".__format__", ".__repr__", ".__iter__", "_has_compatible_shallow_copy_type")
+#: Scalar arguments worth keeping with an op (the attention scale, a fill value, a softmax axis, ...).
+_SCALAR_KWARGS = ("dim", "scale", "value", "is_causal", "alpha", "beta", "eps", "dropout_p", "diagonal", "p")
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorMeta":
+        if t.is_nested:  # a nested tensor has no single shape; its component count stands in
+            return cls((t.size(0),), "nested " + _dtype_name(t.dtype), t.device.type)
+        return cls(tuple(t.shape), _dtype_name(t.dtype), t.device.type)
+
+    def __str__(self) -> str:
+        return f"{self.shape} {self.dtype}" + ("" if self.device == "cpu" else f" {self.device}")
+
+    def to_dict(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype, "device": self.device}
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def describe(value: Any, depth: int = 0) -> Any:
+    """The shapes and dtypes inside a value: through tuples, lists, dicts and output objects."""
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    if depth > 4:
+        return type(value).__name__
+    if isinstance(value, (tuple, list)):
+        return [describe(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): describe(v, depth + 1) for k, v in value.items()}
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None:  # Hugging Face ModelOutput and other dataclass outputs
+        return {k: describe(getattr(value, k), depth + 1) for k in fields if getattr(value, k, None) is not None}
+    if value is None or isinstance(value, (int, float, bool, str)):
+        return value
+    return type(value).__name__
+
+
+def structure_text(value: Any) -> str:
+    if isinstance(value, TensorMeta):
+        return str(value)
+    if isinstance(value, list):
+        return "(" + ", ".join(structure_text(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {structure_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def structure_dict(value: Any) -> Any:
+    if isinstance(value, TensorMeta):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [structure_dict(v) for v in value]
+    if isinstance(value, dict):
+        return {k: structure_dict(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class ModuleCall:
+    index: int
+    path: str
+    cls: str
+    depth: int
+    parent: int | None
+    inputs: Any
+    params: int
+    outputs: Any = None
+    raised: bool = False
+    first_op: int = 0
+    last_op: int = -1
+    input_ids: tuple[int, ...] = ()  # tensor identities, when the recorder tracks them
+    output_ids: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "path": self.path, "class": self.cls, "depth": self.depth,
+                "parent": self.parent, "inputs": structure_dict(self.inputs),
+                "outputs": structure_dict(self.outputs), "params": self.params, "raised": self.raised}
+
+
+@dataclass
+class OpEvent:
+    index: int
+    level: str  # "function" (Python-level call) or "aten" (dispatcher)
+    name: str
+    call: int | None  # index of the innermost module call it ran in
+    module: str
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    scalars: dict
+    file: str | None
+    line: int | None
+    phase: str  # "forward" or "backward"
+    parent_op: int | None = None  # for aten ops: the function-level call they ran inside
+    raised: bool = False
+    input_ids: tuple[int, ...] = ()  # tensor identities, when the recorder tracks them
+    output_ids: tuple[int, ...] = ()
+
+    @property
+    def short_name(self) -> str:
+        """'matmul', 'view', 'scaled_dot_product_attention', 'bmm' — what a reader calls the op."""
+        name = self.name.split(".")[-2] if self.level == "aten" and self.name.count(".") >= 2 else self.name
+        return name.rsplit(".", 1)[-1]
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "level": self.level, "name": self.name, "call": self.call,
+                "module": self.module, "inputs": [m.to_dict() for m in self.inputs],
+                "outputs": [m.to_dict() for m in self.outputs], "scalars": self.scalars,
+                "file": self.file, "line": self.line, "phase": self.phase, "parent_op": self.parent_op,
+                "raised": self.raised}
+
+
+OnOp = Callable[[OpEvent, tuple, dict, Any], None]
+
+
+@dataclass
+class Recording:
+    calls: list[ModuleCall] = field(default_factory=list)
+    ops: list[OpEvent] = field(default_factory=list)
+
+    def ops_in(self, call: ModuleCall, level: str | None = None) -> list[OpEvent]:
+        return [o for o in self.ops[call.first_op:call.last_op + 1] if level is None or o.level == level]
+
+
+class Recorder:
+    """``with Recorder(model) as rec: model(x)`` records into ``rec.recording``.
+
+    ``functions`` / ``aten`` switch the two op levels; ``aten`` may also be a set of function names whose
+    aten internals alone are recorded (the dispatch level costs a Python call per aten op, so a trace that
+    shows only the insides of fused calls records only those). ``on_op(event, args, kwargs, out)`` sees
+    real values.
+    """
+
+    def __init__(self, model: nn.Module, functions: bool = True, aten: bool | frozenset[str] = True,
+                 on_op: OnOp | None = None, track_ids: bool = False):
+        self.model = model
+        self.recording = Recording()
+        self.on_op = on_op
+        # Identities let a check follow one tensor from op to op (a residual add's operands back to the
+        # sublayer that made them). The tensors are kept alive while recording so no id is reused.
+        self._alive: list[torch.Tensor] | None = [] if track_ids else None
+        self._stack: list[int] = []
+        self._handles: list = []
+        self._modes: list = []
+        self._function_op: int | None = None
+        if functions:
+            self._modes.append(_FunctionMode(self))
+        self._aten_inside = aten if isinstance(aten, frozenset) else None
+        if aten is True:
+            self._modes.append(_DispatchMode(self))
+
+    def __enter__(self) -> "Recorder":
+        params = _param_counts(self.model)
+        try:
+            for path, module in self.model.named_modules():
+                self._handles.append(module.register_forward_pre_hook(self._pre_hook(path, params), with_kwargs=True))
+                self._handles.append(module.register_forward_hook(self._post_hook(), with_kwargs=True))
+            for mode in self._modes:
+                mode.__enter__()
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._remove()
+        self._alive = None if self._alive is None else []
+        for index in self._stack:  # calls still open when the model raised
+            self.recording.calls[index].raised = True
+            self.recording.calls[index].last_op = len(self.recording.ops) - 1
+
+    def ids(self, value: Any) -> tuple[int, ...]:
+        if self._alive is None:
+            return ()
+        tensors = tensors_in(value)
+        self._alive.extend(tensors)
+        return tuple(id(t) for t in tensors)
+
+    def _remove(self) -> None:
+        for mode in reversed(self._modes):
+            if getattr(mode, "_entered", False):
+                mode.__exit__(None, None, None)
+                mode._entered = False
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    # ----- module calls ----------------------------------------------------------------------------
+    def _pre_hook(self, path: str, params: dict[int, int]):
+        def hook(module, args, kwargs):
+            calls = self.recording.calls
+            parent = self._stack[-1] if self._stack else None
+            calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent,
+                                    describe(list(args) + ([kwargs] if kwargs else [])), params[id(module)],
+                                    first_op=len(self.recording.ops), input_ids=self.ids((args, kwargs))))
+            self._stack.append(len(calls) - 1)
+        return hook
+
+    def _post_hook(self):
+        def hook(module, args, kwargs, output):
+            if self._stack:
+                call = self.recording.calls[self._stack.pop()]
+                call.outputs = describe(output)
+                call.output_ids = self.ids(output)
+                call.last_op = len(self.recording.ops) - 1
+        return hook
+
+    # ----- ops ---------------------------------------------------------------------------------------
+    def begin(self, level: str, name: str, args: tuple, kwargs: dict) -> OpEvent:
+        """Append an event before the op runs, so the aten ops inside a function-level call follow it."""
+        call = self._stack[-1] if self._stack else None
+        parent = self._function_op if level == "aten" else None
+        if parent is not None:  # the function-level call it runs inside already found the user's line
+            file, line = self.recording.ops[parent].file, self.recording.ops[parent].line
+        else:
+            file, line = user_line()
+        event = OpEvent(
+            len(self.recording.ops), level, name, call,
+            self.recording.calls[call].path if call is not None else "",
+            _metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
+            "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
+            input_ids=self.ids((args, kwargs)))
+        self.recording.ops.append(event)
+        return event
+
+    def finish(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
+        event.outputs = _metas(out)
+        event.output_ids = self.ids(out)
+        if self.on_op is not None:
+            # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
+            # the recording, the other modes and the observer itself.
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                self.on_op(event, args, kwargs, out)
+
+    def observe(self, level: str, name: str, func, args: tuple, kwargs: dict) -> Any:
+        """Run one op and record it; aten ops run inside a function-level call point back at it."""
+        event = self.begin(level, name, args, kwargs)
+        outer = self._function_op
+        if level == "function":
+            self._function_op = event.index
+        try:
+            if self._aten_inside is not None and level == "function" and event.short_name in self._aten_inside:
+                with _DispatchMode(self):
+                    out = func(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
+        except BaseException:
+            event.raised = True
+            raise
+        finally:
+            self._function_op = outer
+        self.finish(event, args, kwargs, out)
+        return out
+
+
+_FUNCTION_NAMES: dict = {}
+
+
+def _function_name(func) -> str:
+    """torch's name for a function (resolve_name is slow: it catches warnings on every call)."""
+    try:
+        return _FUNCTION_NAMES[func]
+    except (KeyError, TypeError):
+        pass
+    name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+    try:
+        _FUNCTION_NAMES[func] = name
+    except TypeError:  # an unhashable callable
+        pass
+    return name
+
+
+class _Entered:
+    """Remembers whether a mode was entered, so an early failure removes only what was installed."""
+
+    def __enter__(self):
+        self._entered = True
+        return super().__enter__()
+
+
+class _FunctionMode(_Entered, TorchFunctionMode):
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _function_name(func)
+        if name.endswith(_NOISE):
+            return func(*args, **kwargs)
+        return self.recorder.observe("function", name, func, args, kwargs)
+
+
+class _DispatchMode(_Entered, TorchDispatchMode):
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.recorder.observe("aten", str(func), func, args, kwargs or {})
+
+
+def _metas(value: Any) -> tuple[TensorMeta, ...]:
+    return tuple(TensorMeta.of(t) for t in tensors_in(value))
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors inside op arguments or outputs; the common flat cases without pytree's generality."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) and isinstance(value[0], tuple):
+        args, kwargs = value  # (args, kwargs) of one call
+        flat = list(args) + list(kwargs.values())
+    elif isinstance(value, (tuple, list)):
+        flat = list(value)
+    else:
+        return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+    if all(isinstance(v, torch.Tensor) or not isinstance(v, (tuple, list, dict)) for v in flat):
+        return [v for v in flat if isinstance(v, torch.Tensor)]
+    return [t for t in tree_flatten(flat)[0] if isinstance(t, torch.Tensor)]
+
+
+def _scalars(args: tuple, kwargs: dict) -> dict:
+    """Scalar arguments: the named ones worth keeping, and positional numbers by position (a fill value,
+    a softmax axis, a scale passed positionally)."""
+    out = {k: v for k, v in kwargs.items() if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))}
+    positional = {i: v for i, v in enumerate(args) if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if positional:
+        out["positional"] = positional
+    return out
+
+
+def _param_counts(model: nn.Module) -> dict[int, int]:
+    """Parameters under each module, each tensor counted once (shared and tied weights too)."""
+    return {id(m): sum(p.numel() for p in m.parameters()) for m in model.modules()}
+
+
+def user_line() -> tuple[str | None, int | None]:
+    """The innermost frame of the user's code (not torch, tfcheck or the standard library)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<")
+                or (path.startswith(_STDLIB_DIR) and "site-packages" not in path)):
+            return path, frame.f_lineno
+        frame = frame.f_back
+    return None, None
