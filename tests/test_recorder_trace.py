@@ -23,9 +23,17 @@ UPDATE = os.environ.get("TFCHECK_UPDATE_GOLDEN") == "1"
 
 
 def assert_golden(name: str, text: str) -> None:
+    """Compare text with tests/golden/<name>. A missing golden file fails (it would otherwise be written and
+    compared with itself); TFCHECK_UPDATE_GOLDEN=1 writes or rewrites it and passes."""
     path = GOLDEN / name
-    if UPDATE or not path.exists():
+    if UPDATE:
         path.write_text(text, encoding="utf-8")
+        return
+    if not path.exists():
+        pytest.fail(
+            f"golden file {path} is missing; create it by running this test with TFCHECK_UPDATE_GOLDEN=1 "
+            f"(e.g. TFCHECK_UPDATE_GOLDEN=1 pytest tests/test_recorder_trace.py), check its content and commit it"
+        )
     assert text == path.read_text(encoding="utf-8"), f"{name} differs; TFCHECK_UPDATE_GOLDEN=1 rewrites it"
 
 
