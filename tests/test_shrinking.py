@@ -110,7 +110,10 @@ def test_the_replay_line_measures_the_example_again():
     line = finding.evidence["replay"]
     assert line.startswith("python -c ") and "zoo_masks:HFLikeMaskRepeatedNotInterleaved" in line
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
-    out = subprocess.run(shlex.split(line), capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    argv = shlex.split(line)
+    assert argv[0] == "python", line  # what tfcheck prints for the user; run it with this interpreter, not PATH's
+    out = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("shows the failure: sample 1's real output at position 0 changes by")
     # The spec builds a model with fresh random weights; the same instance gives the same numbers.
