@@ -301,10 +301,6 @@ def test_replay_refuses_a_check_without_examples():
         shrinking.replay("reference_model:TransformerLM", CAUSAL, {"batch": 1, "length": 2, "seed": 0})
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):
     from tfcheck.explainers import shrinking
     from tfcheck.engine.budget import BudgetExceeded
