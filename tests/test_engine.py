@@ -5,6 +5,7 @@ import json
 import random
 from importlib import resources
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -234,7 +235,6 @@ def test_costs_are_counted_in_passes_and_token_passes():
 
 
 def test_report_json_validates_against_the_documented_schema():
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(resources.files("tfcheck").joinpath("data/report.schema.json").read_text())
     for model in (broken.LinearInFeaturesMismatch, broken.CausalMaskHidesDiagonal, "reference_model:TransformerLM"):
         data = json.loads(tfcheck.run_checks(model).to_json())

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from importlib import resources
 
+import jsonschema
 import pytest
 
 from tfcheck.engine import registry
@@ -81,7 +82,6 @@ def test_accepted_failure_passes_and_is_listed(pytester):
 
 
 def test_json_report_validates_against_the_schema(pytester):
-    jsonschema = pytest.importorskip("jsonschema")
     out = pytester.path / "report.json"
     pytester.runpytest("--tfcheck", LM, "--tfcheck", HEADLESS, "--tfcheck-json", str(out), *FOUNDATION)
     data = json.loads(out.read_text())
