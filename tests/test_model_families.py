@@ -102,7 +102,7 @@ FAMILIES: dict[str, Family] = {
         "kind": ("decoder", "model.attn_layers.causal = True"), "causal": (True, "model.attn_layers.causal"),
         "vocab_size": (zf.VOCAB, "model.num_tokens"), "max_len": (zf.MAX_LEN, "model.max_seq_len"),
         "d_model": (zf.D, "model.attn_layers.dim"), "mask": ("mask:keep", "x-transformers"),
-        "outputs": ("logits", "model.to_logits")}, explained={"decode.cache": X_CACHE}, needs="x_transformers"),
+        "returns": ("logits", "model.to_logits")}, explained={"decode.cache": X_CACHE}, needs="x_transformers"),
     "x-decoder-rotary": Family(zf.x_decoder_rotary, {"kind": ("decoder", "model.attn_layers.causal = True")},
                                explained={"decode.cache": X_CACHE}, needs="x_transformers"),
     "x-encoder": Family(zf.x_encoder, {"kind": ("encoder", "model.attn_layers.causal = False"),

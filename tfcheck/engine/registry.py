@@ -39,7 +39,7 @@ class Check:
         """Why the check does not apply to this subject, or None when it does."""
         if not self.applies_to(subject.kind):
             return f"not for kind {subject.kind or 'unknown'}"
-        if self.builds_inputs and subject.facts.get("inputs") is not None:
+        if self.builds_inputs and subject.facts.inputs is not None:
             return ("it builds its own probe inputs (perturbed or padded tokens), and this model's inputs come from "
                     "the declared 'inputs' factory")
         return self.applies(subject) if self.applies is not None else None

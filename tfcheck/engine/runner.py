@@ -195,11 +195,11 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
     leave the model as it was."""
     ctx = CheckContext(subject)
     start = time.perf_counter()
-    placement = placed_on(subject.model, subject.fact("device"))
+    placement = placed_on(subject.model, subject.facts.device)
     try:
         moved = placement.__enter__()
     except Exception as exc:  # out of memory on the device, a device lost: the move is undone
-        return CheckResult(chk.id, chk.title, [_move_failed(chk, subject.fact("device"), exc)], ctx.cost,
+        return CheckResult(chk.id, chk.title, [_move_failed(chk, subject.facts.device, exc)], ctx.cost,
                            time.perf_counter() - start)
     try:
         # A model moved for the check is put back as it was by the move itself: no baseline is needed
@@ -269,7 +269,7 @@ def _threads_for(model) -> Iterator[None]:
 
 def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
     try:
-        with time_budget(ctx.subject.fact("budget_s")):
+        with time_budget(ctx.subject.facts.budget_s):
             findings = list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]

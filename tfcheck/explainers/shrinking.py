@@ -312,7 +312,7 @@ def _inside_hypothesis_test() -> bool:
 def _seconds(subject) -> float:
     from tfcheck.engine.budget import DEFAULT_BUDGET_S
 
-    return min(MAX_SECONDS, 0.25 * float(subject.fact("budget_s") or DEFAULT_BUDGET_S))
+    return min(MAX_SECONDS, 0.25 * float(subject.facts.budget_s or DEFAULT_BUDGET_S))
 
 
 def example_dict(example) -> dict:
@@ -398,8 +398,8 @@ class CausalProperty(Property):
         where = torch.zeros(ex.batch, ex.length, dtype=torch.bool)
         where[:, ex.position] = True
         where = where.to(subject.device)
-        if subject.facts.get("takes_features"):
-            base = torch.randn(ex.batch, ex.length, subject.fact("d_model"), generator=gen).to(subject.device)
+        if subject.facts.takes_features:
+            base = torch.randn(ex.batch, ex.length, subject.facts.d_model, generator=gen).to(subject.device)
             other = torch.where(where[..., None], torch.randn(base.shape, generator=gen).to(subject.device), base)
         else:
             base = subject.random_tokens(ex.batch, ex.length, gen)
@@ -484,7 +484,7 @@ class PaddingProperty(Property):
         keep = torch.tensor(ex.keep, dtype=torch.bool).to(subject.device)
         pads = ~keep
         real = subject.random_primary(ex.batch, ex.length, gen)
-        pad_id = subject.fact("pad_id")
+        pad_id = subject.facts.pad_id
         features = real.is_floating_point()
         base = real if features or pad_id is None else torch.where(pads, torch.full_like(real, pad_id), real)
         # As mask.padding: the pads keep pad_id where it is known (the mask, or positions, may be built from it)

@@ -173,7 +173,7 @@ def model_inputs(model_or_subject: Any, *, min_batch: int = 1, max_batch: int = 
         keep = draw(padding_masks(b, n, side=side)) if can_pad and n > 1 else torch.ones(b, n, dtype=torch.bool)
         gen = torch.Generator().manual_seed(draw(seeds()))
         primary = subject.random_primary(b, n, gen)
-        pad_id = subject.fact("pad_id")
+        pad_id = subject.facts.pad_id
         if pad_id is not None and not primary.is_floating_point():
             primary = torch.where(keep.to(primary.device), primary, torch.full_like(primary, pad_id))
         target = None
@@ -194,7 +194,7 @@ def _subject(model_or_subject: Any, declarations: dict):
     from tfcheck.engine.runner import load_declared
 
     subject = load_declared(model_or_subject, declarations, "model_inputs() argument")
-    if subject.facts.get("inputs") is not None or subject.kind == "attention":
+    if subject.facts.inputs is not None or subject.kind == "attention":
         raise UsageError(f"model_inputs: {subject.spec} takes inputs tfcheck does not build (a declared 'inputs' "
                          "factory, or a bare attention module); draw its inputs with your own strategy")
     return subject
@@ -202,12 +202,12 @@ def _subject(model_or_subject: Any, declarations: dict):
 
 def _pads_reach(subject) -> bool:
     """Whether padding can be given to the model: a mask argument, or pad ids it builds its mask from."""
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     if mask is not None and mask.argument is not None:
         return True
     if mask is not None and mask.convention == "none" and "mask" in subject.declared:
         return False  # declared: the model takes no padding
-    return subject.fact("pad_id") is not None and not subject.facts.get("takes_features")
+    return subject.facts.pad_id is not None and not subject.facts.takes_features
 
 
 def _require(ok: bool, message: str) -> None:

@@ -16,6 +16,7 @@ import torch.nn as nn
 from tfcheck.model import declarations as decl
 from tfcheck.errors import SpecError, UsageError
 from tfcheck.report.report import Assumption
+from tfcheck.model.facts import Facts
 from tfcheck.model.spec import Loaded
 
 #: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).
@@ -67,7 +68,7 @@ class Subject:
     loaded: Loaded
     declared: dict[str, decl.Declared]
     assumptions: list[Assumption] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
     #: standard probes already run, shared by the checks of this model: (batch, length, seed) -> Probe
     probe_cache: dict = field(default_factory=dict)
     #: the model's parameters and buffers as they were before the first check (tfcheck.engine.guard.Baseline)
@@ -81,25 +82,22 @@ class Subject:
     def spec(self) -> str:
         return self.loaded.spec
 
-    def fact(self, key: str) -> Any:
-        return self.facts.get(key)
-
     def source_of(self, key: str) -> str | None:
         """Where the fact ``key`` came from (a declaration, the config, a rule), as the report shows it."""
         return next((a.source for a in self.assumptions if a.key == key), None)
 
     @property
     def kind(self) -> str | None:
-        return self.facts.get("kind")
+        return self.facts.kind
 
     @property
     def takes_target(self) -> bool:
         """Whether the forward takes a target sequence besides its primary input (a seq2seq call plan)."""
-        return any(role.startswith("target") for _, role in self.facts.get("call_plan") or ())
+        return any(role.startswith("target") for _, role in self.facts.call_plan or ())
 
     @property
     def accepted(self) -> dict[str, str]:
-        return self.facts.get("accept") or {}
+        return self.facts.accept or {}
 
     def probe_lengths(self) -> tuple[int, ...]:
         """Lengths that shape checks visit: 1, the default probe, and the capped maximum."""
@@ -107,8 +105,8 @@ class Subject:
 
     def length_cap(self) -> int:
         """The longest probe: max_len, but never over PROBE_LENGTH_CAP unless probe_len asks for more."""
-        cap = max(PROBE_LENGTH_CAP, self.fact("probe_len") or 0)
-        return min(self.fact("max_len") or cap, cap)
+        cap = max(PROBE_LENGTH_CAP, self.facts.probe_len or 0)
+        return min(self.facts.max_len or cap, cap)
 
     def probe_length(self, default: int = PROBE_LENGTH) -> int:
         """A check's probe length: its default, or the declared probe_len; capped (see ``length_cap``)."""
@@ -117,7 +115,7 @@ class Subject:
     def scaled_lengths(self, *defaults: int) -> tuple[int, ...]:
         """A check's probe lengths: its defaults, or scaled so that the longest is the declared probe_len
         (ratios kept, so lengths a check keeps distinct stay distinct); each capped (see ``length_cap``)."""
-        probe_len = self.fact("probe_len")
+        probe_len = self.facts.probe_len
         if probe_len is not None:
             longest = max(defaults)
             defaults = tuple(max(1, round(n * probe_len / longest)) for n in defaults)
@@ -127,7 +125,7 @@ class Subject:
     # ----- inputs and outputs --------------------------------------------------------------------
     def make_inputs(self, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:
         """Inputs for one forward at (batch, length), from a private generator (global RNG untouched)."""
-        factory = self.facts.get("inputs")
+        factory = self.facts.inputs
         if factory is not None:
             return _on_device(self.device, *_call_inputs_factory(factory, batch, length, self.spec))
         gen = torch.Generator().manual_seed(seed)
@@ -139,13 +137,13 @@ class Subject:
 
     def random_primary(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
         """Random token ids (never the pad id), or features for models that take them."""
-        if self.kind == "attention" or self.facts.get("takes_features"):
-            return torch.randn(batch, length, self.fact("d_model"), generator=gen).to(self.device)
+        if self.kind == "attention" or self.facts.takes_features:
+            return torch.randn(batch, length, self.facts.d_model, generator=gen).to(self.device)
         return self.random_tokens(batch, length, gen)
 
     def random_tokens(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-        vocab = self.fact("vocab_size")
-        pad = self.fact("pad_id")
+        vocab = self.facts.vocab_size
+        pad = self.facts.pad_id
         # Draw real tokens only: ids from a vocabulary with the pad id taken out.
         high = vocab - 1 if pad is not None and 0 <= pad < vocab else vocab
         ids = torch.randint(0, max(high, 1), (batch, length), generator=gen)
@@ -166,17 +164,17 @@ class Subject:
         """
         if self.kind == "attention":
             return (primary, primary, primary), {}
-        mask: decl.MaskSpec = self.facts["mask"]
+        mask: decl.MaskSpec = self.facts.mask
         if keep is None:
             keep = torch.ones(primary.shape[:2], dtype=torch.bool, device=primary.device)
         args, kwargs = [], {}
-        for name, role in self.facts["call_plan"]:
+        for name, role in self.facts.call_plan:
             value = self._plan_value(role, primary, target, keep)
             if name is None:
                 args.append(value)
             else:
                 kwargs[name] = value
-        mask_in_plan = any(role == "mask" for _, role in self.facts["call_plan"])
+        mask_in_plan = any(role == "mask" for _, role in self.facts.call_plan)
         if mask.argument is not None and not mask_in_plan and not bool(keep.all()):
             kwargs[mask.argument] = self.mask_value(keep)
         return tuple(args), kwargs
@@ -198,7 +196,7 @@ class Subject:
     def to_model_layout(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Forward arguments as the model takes them: for a (length, batch, d) model every 3-D float argument
         (a sequence of features; masks are 2-D) transposed. The identity for every other model."""
-        if self.facts.get("batch_first") is not False:
+        if self.facts.batch_first is not False:
             return args, kwargs
 
         def laid_out(v: Any) -> Any:
@@ -207,7 +205,7 @@ class Subject:
 
     def mask_value(self, keep: torch.Tensor) -> torch.Tensor:
         """A (batch, length) keep mask (True = real token) in the model's mask convention and layout."""
-        value = _in_convention(keep, self.facts["mask"])
+        value = _in_convention(keep, self.facts.mask)
         layout = self.mask_layout
         if layout == "b1s":
             return value[:, None, :]
@@ -223,7 +221,7 @@ class Subject:
         if torch_convention:
             return nn.Transformer.generate_square_subsequent_mask(length, device=device)
         allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-        value = _in_convention(allowed, self.facts["mask"])
+        value = _in_convention(allowed, self.facts.mask)
         layout = self.mask_layout
         if layout == "b1s":
             return value.expand(batch, length, length)
@@ -233,24 +231,24 @@ class Subject:
 
     @property
     def mask_layout(self) -> str:
-        return self.facts["mask"].layout or "bs"
+        return self.facts.mask.layout or "bs"
 
     def mask_layouts_to_try(self) -> tuple[str, ...]:
         """The other layouts of a mask the forward requires, when nothing declares its layout: the tutorial
         style takes its masks already laid out for the attention scores, (b, 1, s) or (b, 1, 1, s)."""
-        mask = self.facts.get("mask")
-        required = any(role in ("mask", "causal_mask") for _, role in self.facts.get("call_plan") or ())
-        if mask is None or mask.layout is not None or not required or self.facts.get("inputs") is not None:
+        mask = self.facts.mask
+        required = any(role in ("mask", "causal_mask") for _, role in self.facts.call_plan or ())
+        if mask is None or mask.layout is not None or not required or self.facts.inputs is not None:
             return ()
         return ("b1s", "b11s")
 
     def set_mask_layout(self, layout: str | None) -> None:
-        self.facts["mask"] = dataclasses.replace(self.facts["mask"], layout=layout)
+        self.facts.mask = dataclasses.replace(self.facts.mask, layout=layout)
 
     def adopt_mask_layout(self, layout: str, first_error: str) -> None:
         """Keep a layout that ran after the (batch, length) one raised, and say so among the assumptions."""
         self.set_mask_layout(layout)
-        mask = self.facts["mask"]
+        mask = self.facts.mask
         self.assumptions.append(Assumption(
             "mask layout", f"{layout} {decl.MASK_LAYOUTS[layout]}",
             f"the forward raised with (batch, length) masks ({first_error}) and ran with these; declare "
@@ -266,30 +264,30 @@ class Subject:
 
     def extract_output(self, raw: Any) -> torch.Tensor:
         """The output tensor of a forward's return value, as declared or inferred, (batch, length, ...)."""
-        how = self.facts["output"]
+        how = self.facts.output
         value = _select_output(raw, how)
         if not isinstance(value, torch.Tensor):
             raise UsageError(
                 f"the output selected by output={how!r} is a {type(value).__name__}, not a tensor. Declare "
                 "'output' as the tuple index or the key/attribute of the output tensor (e.g. output=logits)."
             )
-        if self.facts.get("batch_first") is False and value.dim() >= 2:
+        if self.facts.batch_first is False and value.dim() >= 2:
             return value.transpose(0, 1)
         return value
 
     def expected_last_dims(self) -> tuple[tuple[int, ...], str]:
         """The last dimensions the output may have (empty: any), and why."""
-        named = self.facts.get("output")
-        d_model, vocab = self.fact("d_model"), self.fact("output_vocab_size")
+        named = self.facts.output
+        d_model, vocab = self.facts.d_model, self.facts.output_vocab_size
         if named in ("logits", "lm_logits"):
             return _known(vocab), "vocab_size (the output is named logits)"
         if named in ("last_hidden_state", "hidden_states", "encoder_last_hidden_state"):
             return _known(d_model), "d_model (the output is named last_hidden_state)"
-        if self.facts.get("outputs") == "logits":
-            return _known(vocab), f"vocab_size ({self.source_of('outputs')})"
-        if self.facts.get("outputs") == "hidden states":
-            return _known(d_model), f"d_model ({self.source_of('outputs')})"
-        if self.facts.get("takes_features"):
+        if self.facts.returns == "logits":
+            return _known(vocab), f"vocab_size ({self.source_of('returns')})"
+        if self.facts.returns == "hidden states":
+            return _known(d_model), f"d_model ({self.source_of('returns')})"
+        if self.facts.takes_features:
             return _known(d_model), "d_model (the model takes features, not token ids)"
         if self.kind in ("decoder", "seq2seq"):
             return _known(vocab), f"vocab_size (kind={self.kind} outputs logits)"
@@ -376,7 +374,7 @@ class _Resolver:
         self.params = forward_params(self.model)
 
     def set(self, key: str, value: Any, source: str, show: bool = True) -> None:
-        self.s.facts[key] = value
+        self.s.facts.set(key, value, source)
         if show:
             self.s.assumptions.append(Assumption(key, value if not callable(value) else _callable_name(value), source))
 
@@ -407,7 +405,7 @@ class _Resolver:
             self.declared(key)
         self.kind()
         self.from_config("vocab_size")
-        self.from_config("output_vocab_size", fallback=self.s.facts.get("vocab_size"))
+        self.from_config("output_vocab_size", fallback=self.s.facts.vocab_size)
         self.from_config("pad_id", embedding_attr="padding_idx")
         self.from_config("max_len")
         self.positions_after_pad()
@@ -416,7 +414,7 @@ class _Resolver:
         self.mask()
         self.layout()
         self.call_plan()
-        self.outputs()
+        self.returns()
         self.output()
 
     def kind(self) -> None:
@@ -529,7 +527,7 @@ class _Resolver:
                                 f"nn.Embedding '{found[0]}'.{embedding_attr}")
         if key == "d_model" and (found := _first_width(self.model)) is not None:
             return self.set(key, found[1], found[0])
-        if key == "d_model" and self.s.facts.get("kind") == "attention" and (found := _first_linear(self.model)):
+        if key == "d_model" and self.s.facts.kind == "attention" and (found := _first_linear(self.model)):
             return self.set(key, found[1].in_features, f"nn.Linear '{found[0]}'.in_features (the first projection "
                             "of the query)")
         if key == "vocab_size":
@@ -543,7 +541,7 @@ class _Resolver:
     def positions_after_pad(self) -> None:
         """A position table with a padding_idx numbers real positions from padding_idx + 1 (RoBERTa and its
         kin), so a table of max_position_embeddings rows holds that many fewer positions."""
-        max_len = self.s.facts.get("max_len")
+        max_len = self.s.facts.max_len
         if max_len is None or "max_len" in self.s.declared:
             return
         for name, module in self.model.named_modules():
@@ -561,7 +559,7 @@ class _Resolver:
         found = _causal_attribute(self.model)
         if found is not None and "kind" not in self.s.declared:  # a declared kind outranks what the model says
             return self.set("causal", found[1], found[0])
-        kind = self.s.facts.get("kind")
+        kind = self.s.facts.kind
         if kind in ("decoder", "seq2seq"):
             return self.set("causal", True, f"kind={kind}" + (" (the decoder side)" if kind == "seq2seq" else ""))
         if kind == "encoder":
@@ -595,40 +593,40 @@ class _Resolver:
         if found is None:
             return
         batch_first, where = found
-        self.s.facts["batch_first"] = batch_first
+        self.s.facts.batch_first = batch_first
         if not batch_first:
             self.s.assumptions.append(Assumption(
                 "layout", "(length, batch, d_model)", f"{where} = False (torch's default); tfcheck transposes the "
                 "inputs it builds and the output it reads, and reports shapes as (batch, length, ...)"))
 
-    def outputs(self) -> None:
+    def returns(self) -> None:
         """Logits or hidden states, where the model says so itself (x-transformers' ``to_logits`` head)."""
         if not hasattr(self.model, "to_logits") or "output" in self.s.declared:
             return
         head = getattr(self.model, "to_logits")
         if head is None:
-            self.set("outputs", "hidden states", "model.to_logits is None (no LM head)")
+            self.set("returns", "hidden states", "model.to_logits is None (no LM head)")
         elif isinstance(head, nn.Module):
-            self.set("outputs", "logits", f"model.to_logits is a {type(head).__name__} (an LM head)")
+            self.set("returns", "logits", f"model.to_logits is a {type(head).__name__} (an LM head)")
 
     def call_plan(self) -> None:
         """Which forward parameters get which probe tensor: (name or None for positional, role)."""
-        if self.s.facts.get("inputs") is not None or self.s.facts.get("kind") == "attention":
-            self.s.facts["call_plan"] = []
-            if self.s.facts.get("kind") == "attention" and self.s.fact("d_model") is None:
+        if self.s.facts.inputs is not None or self.s.facts.kind == "attention":
+            self.s.facts.call_plan = []
+            if self.s.facts.kind == "attention" and self.s.facts.d_model is None:
                 raise SpecError(f"{self.s.spec} is an attention module but its width is unknown: declare d_model=INT")
             return
         features = first_embedding(self.model) is None
-        if features and self.s.fact("d_model") is None:
+        if features and self.s.facts.d_model is None:
             raise SpecError(
                 f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
                 "d_model=INT, or declare inputs=module:factory to build its inputs")
-        self.s.facts["takes_features"] = features
+        self.s.facts.takes_features = features
         if features:
             self.s.assumptions.append(Assumption("inputs", "float features (batch, length, d_model)",
                                                  "the model has no nn.Embedding (declare inputs=module:factory if not)"))
         plan: list[tuple[str | None, str]] = []
-        mask: decl.MaskSpec = self.s.facts["mask"]
+        mask: decl.MaskSpec = self.s.facts.mask
         params = list(self.params.items())
         for i, (name, param) in enumerate(params):
             required = param.default is inspect.Parameter.empty
@@ -637,7 +635,7 @@ class _Resolver:
             slot = None if positional else name
             if i == 0:
                 plan.append((slot, "features" if features else "tokens"))
-            elif name in _TARGET_ARGS or (self.s.facts.get("kind") == "seq2seq" and i == 1 and required):
+            elif name in _TARGET_ARGS or (self.s.facts.kind == "seq2seq" and i == 1 and required):
                 plan.append((slot, "target_features" if features else "target_tokens"))
             elif required and name == mask.argument:
                 plan.append((slot, "mask"))
@@ -653,7 +651,7 @@ class _Resolver:
                     name, "nn.Transformer.generate_square_subsequent_mask(t)", "forward takes (tgt_mask=None, "
                     "tgt_is_causal=None) as torch.nn.Transformer does, whose decoder is causal only when the caller "
                     "passes the mask, as torch documents"))
-            elif name == "targets" and not features and self.s.facts.get("kind") in ("decoder", None):
+            elif name == "targets" and not features and self.s.facts.kind in ("decoder", None):
                 # nanoGPT's forward(idx, targets=None) returns only the last position's logits without
                 # targets (its generation shortcut): give the inputs as targets to get every position.
                 plan.append((name, "lm_targets"))
@@ -670,7 +668,7 @@ class _Resolver:
             plan.append((None, "features" if features else "tokens"))
         if not plan:
             raise SpecError(f"{self.s.spec}.forward takes no arguments; declare inputs=module:factory")
-        self.s.facts["call_plan"] = plan
+        self.s.facts.call_plan = plan
 
     def output(self) -> None:
         if self.declared("output"):
@@ -680,10 +678,10 @@ class _Resolver:
 
 def infer_output(subject: Subject, raw: Any) -> None:
     """Settle output='auto' from a forward's return value (the structure, not the values)."""
-    if subject.facts.get("output") != "auto":
+    if subject.facts.output != "auto":
         return
     how, why = _infer_output(raw)
-    subject.facts["output"] = how
+    subject.facts.output = how
     subject.assumptions.append(Assumption("output", how, why))
 
 

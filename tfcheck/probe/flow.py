@@ -33,11 +33,11 @@ def replace_tokens(subject, tokens: torch.Tensor, where: torch.Tensor, seed: int
     every replaced id differs from the original and is never the pad id."""
     gen = torch.Generator().manual_seed(seed)
     fresh = subject.random_tokens(*tokens.shape, gen)
-    vocab = subject.fact("vocab_size")
+    vocab = subject.facts.vocab_size
     same = fresh == tokens
     if bool(same.any()):  # shift collisions by one real id (skipping the pad id)
         shifted = (fresh + 1) % vocab
-        pad = subject.fact("pad_id")
+        pad = subject.facts.pad_id
         if pad is not None:
             shifted = torch.where(shifted == pad, (shifted + 1) % vocab, shifted)
         fresh = torch.where(same, shifted, fresh)

@@ -59,7 +59,7 @@ def copy_model(model: nn.Module) -> nn.Module:
 
 def budget(subject) -> tuple[int, str]:
     """The step budget of the training checks and where it comes from."""
-    declared = subject.fact("train_steps")
+    declared = subject.facts.train_steps
     if declared:
         return int(declared), "train_steps declaration"
     return DEFAULT_TRAIN_STEPS, f"default {DEFAULT_TRAIN_STEPS} (declare train_steps=INT to change it)"
@@ -82,16 +82,16 @@ def call_copy(ctx, model: nn.Module, args: tuple, kwargs: dict, what: str, grad:
 
 def lm_logits(subject, output: torch.Tensor) -> tuple[bool, str]:
     """Whether the output is a language-model head's logits, from declarations and names, and why."""
-    vocab = subject.fact("output_vocab_size")
+    vocab = subject.facts.output_vocab_size
     if vocab is None or output.dim() < 2 or output.shape[-1] != vocab or not output.is_floating_point():
         return False, f"the output's last dim {tuple(output.shape)[-1:]} is not vocab_size={vocab}"
-    named = subject.facts.get("output")
+    named = subject.facts.output
     if named in ("logits", "lm_logits", "prediction_logits"):
         return True, f"the output is named {named!r} and has vocab_size={vocab} classes"
     if subject.kind in ("decoder", "seq2seq"):
         return True, f"kind={subject.kind} and the output has vocab_size={vocab} classes"
-    if vocab != subject.fact("d_model"):
-        return True, f"the output has vocab_size={vocab} classes (not d_model={subject.fact('d_model')})"
+    if vocab != subject.facts.d_model:
+        return True, f"the output has vocab_size={vocab} classes (not d_model={subject.facts.d_model})"
     return False, "the output width is both vocab_size and d_model; declare kind=decoder (or output=logits)"
 
 
@@ -163,7 +163,7 @@ class LabelArgument:
 
 def label_argument(subject) -> LabelArgument | None:
     """The forward argument through which the model computes its own loss, by its name."""
-    if subject.facts.get("inputs") is not None or subject.kind == "attention" or subject.facts.get("takes_features"):
+    if subject.facts.inputs is not None or subject.kind == "attention" or subject.facts.takes_features:
         return None
     try:
         names = inspect.signature(subject.model.forward).parameters
@@ -299,7 +299,7 @@ DECLARE_SCHEDULE = ("declare the schedule: schedule=mytrain:make_scheduler, a fa
 
 def find_schedule(subject) -> Schedule | None:
     """The declared schedule, or the model's configure_optimizers method; None when there is neither."""
-    factory = subject.fact("schedule")
+    factory = subject.facts.schedule
     if callable(factory):
         return _from_factory(subject, factory)
     method = getattr(subject.model, "configure_optimizers", None)
@@ -310,7 +310,7 @@ def find_schedule(subject) -> Schedule | None:
 
 def _from_factory(subject, factory: Callable) -> Schedule:
     takes = _first_parameter(factory)
-    declared_lr = subject.fact("lr")
+    declared_lr = subject.facts.lr
     if takes in ("model", "module", "net"):
         return Schedule(lambda: _unpack(factory(copy.deepcopy(subject.model))), f"schedule {_name(factory)}(model)",
                         True, None, "the optimizer the factory builds")
@@ -331,7 +331,7 @@ def _from_configure_optimizers(subject) -> Schedule:
     def build():
         clone = copy.deepcopy(subject.model)
         method = clone.configure_optimizers
-        fill = {"weight_decay": 0.0, "learning_rate": subject.fact("lr") or 1e-3, "lr": subject.fact("lr") or 1e-3,
+        fill = {"weight_decay": 0.0, "learning_rate": subject.facts.lr or 1e-3, "lr": subject.facts.lr or 1e-3,
                 "betas": (0.9, 0.95), "device_type": subject.device.type, "device": subject.device}
         params = inspect.signature(method).parameters
         missing = [n for n, p in params.items() if p.default is p.empty and n not in fill
@@ -361,10 +361,10 @@ def _unpack(result: Any) -> tuple[Any, Any]:
 
 
 def planned_steps(subject) -> tuple[int, str]:
-    total = subject.fact("total_steps")
+    total = subject.facts.total_steps
     if total:
         return min(int(total), MAX_PLANNED_STEPS), "total_steps declaration"
-    warmup = subject.fact("warmup_steps") or 0
+    warmup = subject.facts.warmup_steps or 0
     steps = min(max(DEFAULT_PLANNED_STEPS, 3 * warmup), MAX_PLANNED_STEPS)
     return steps, f"default {steps} (declare total_steps=INT for the planned run)"
 

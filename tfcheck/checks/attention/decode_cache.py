@@ -36,10 +36,10 @@ BATCH = 2
 def _not_applicable(subject) -> str | None:
     if not any(n in forward_params(subject.model) for n in CACHE_ARGS):
         return f"forward takes no cache argument (looked for {', '.join(CACHE_ARGS)})"
-    if subject.fact("causal") is False:
+    if subject.facts.causal is False:
         return (f"the model is not causal ({_causal_source(subject)}), so decoding one token at a time is not "
                 "meant to match a full forward")
-    if subject.facts.get("inputs") is not None:
+    if subject.facts.inputs is not None:
         return "the model's inputs come from a declared 'inputs' factory, so tfcheck cannot feed it one token at a time"
     if subject.probe_length(LENGTH) < 2:
         return "the model takes a single position (max_len)"
@@ -237,7 +237,7 @@ def _judge(subject, reference, outputs, suspects, tol, control, cache_arg, lengt
                ("" if named else " Check that new positions continue after the cached ones (rotary / positional "
                 "offset = past length), that the cache is appended to, not replaced, and that the causal mask is "
                 "aligned bottom-right when keys come from the cache."))
-    if subject.fact("causal") is None:
+    if subject.facts.causal is None:
         return Finding(ID, Status.WARN, message + " The model is not declared causal: declare causal=true to make "
                        "this a failure, causal=false to skip it.", where, evidence)
     return Finding(ID, Status.FAIL, message, where, evidence, ROW)

@@ -257,9 +257,9 @@ class _MemoryTap:
 
 def _source_padding(ctx, source_length: int, target_length: int, sites: list[_Call]) -> Finding:
     subject = ctx.subject
-    mask = subject.facts["mask"]
-    pad = subject.fact("pad_id")
-    features = bool(subject.facts.get("takes_features"))
+    mask = subject.facts.mask
+    pad = subject.facts.pad_id
+    features = bool(subject.facts.takes_features)
     tap = _MemoryTap([c.module for c in sites if c.module is not None])
     with tap:
         if mask.argument is not None:
@@ -348,7 +348,7 @@ def _padded_vs_unpadded(ctx, source_length: int, target_length: int, tap: _Memor
     their absolute positions), two padding amounts, and a real token changed as the positive control."""
     subject = ctx.subject
     gen = torch.Generator().manual_seed(23)
-    pad = subject.fact("pad_id")
+    pad = subject.facts.pad_id
     real = subject.random_tokens(2, source_length, gen)
     keep = torch.arange(source_length, device=real.device)[None, :] < torch.tensor(REAL_LENGTHS, device=real.device)[:, None]
     padded = real.masked_fill(~keep, pad)
@@ -379,7 +379,7 @@ def _fill_padding(subject, real: torch.Tensor, keep: torch.Tensor, gen) -> torch
     keep = keep.to(real.device)
     if real.is_floating_point():
         return torch.where(keep[..., None], real, torch.zeros((), dtype=real.dtype, device=real.device))
-    pad = subject.fact("pad_id")
+    pad = subject.facts.pad_id
     return real.masked_fill(~keep, pad) if pad is not None else real
 
 
@@ -407,7 +407,7 @@ def _with_memory_mask(subject, args: tuple, kwargs: dict, keep: torch.Tensor) ->
         params = inspect.signature(subject.model.forward).parameters
     except (TypeError, ValueError):
         return kwargs
-    mask = subject.facts["mask"]
+    mask = subject.facts.mask
     if "memory_key_padding_mask" in params and mask.argument in kwargs and "memory_key_padding_mask" not in kwargs:
         return {**kwargs, "memory_key_padding_mask": kwargs[mask.argument]}
     return kwargs

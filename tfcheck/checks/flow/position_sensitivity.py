@@ -38,7 +38,7 @@ FAIL_MARGIN = 10.0
 FAINT = 50.0
 
 def _applies(subject) -> str | None:
-    if subject.facts.get("takes_features"):
+    if subject.facts.takes_features:
         return FEATURES_NOTE
     if subject.probe_length() < 3:
         return "the model's max_len leaves no room to permute positions"
@@ -60,7 +60,7 @@ def position_sensitivity(ctx) -> list[Finding]:
     if subject.kind == "seq2seq":
         findings = [_source_order(ctx, length), _attention_signal(ctx, length, target=True)]
         return sorted(findings, key=lambda f: -f.status.severity)  # the worst first: it is the headline
-    if subject.fact("causal") is False:
+    if subject.facts.causal is False:
         return [_encoder_order(ctx, length)]
     return [_attention_signal(ctx, length, target=False)]
 
@@ -98,7 +98,7 @@ def _encoder_order(ctx, length: int) -> Finding:
     evidence = {"measured": "permutation equivariance of the output", "permutation": perm.tolist(),
                 "length": length, "largest_change_beyond_the_permutation": equivariance, "tolerance": tol,
                 "positive_control_change": control, "same_sequence_other_batch_index_change": index,
-                "causal": subject.fact("causal")}
+                "causal": subject.facts.causal}
     return _order_verdict(subject, equivariance, control, index, tol, evidence, "encoder", (
         "permuting the input tokens only permuted the outputs"))
 
@@ -158,7 +158,7 @@ def _order_verdict(subject, change: float, control: float, index: float, tol: fl
     if index > tol:
         return _axis_finding(subject, index, tol, evidence, f"{symptom}, and two identical sequences at batch index "
                              "0 and 1 got different outputs")
-    if subject.facts.get("takes_features"):
+    if subject.facts.takes_features:
         return Finding(ID, Status.SKIP, f"not applicable: {symptom} — {FEATURES_NOTE}", evidence=evidence)
     if control <= FAIL_MARGIN * tol:
         # A control barely above rounding cannot show that order changes nothing: a freshly initialised
@@ -307,7 +307,7 @@ def _attention_signal(ctx, length: int, target: bool) -> Finding:
                 "repeated", "site": f"{site['op']} in '{site['module']}'", "query_length": q_len,
                 "smallest_row_spread": signal, "row_spreads": site["row_spread"][0], "tolerance": tol,
                 "positive_control_row_spread": control, "same_input_other_batch_index_change": index,
-                "causal": subject.fact("causal"), "kind": subject.kind}
+                "causal": subject.facts.causal, "kind": subject.kind}
     if control <= control_tol:
         return Finding(ID, Status.SKIP, (
             f"inconclusive: the scores of '{site['module']}' do not vary along the rows even for random tokens "
@@ -322,11 +322,11 @@ def _attention_signal(ctx, length: int, target: bool) -> Finding:
     if index > ROUNDING.get(dtype, 1e-5) * 10 * max(scale, 1.0):
         return _axis_finding(subject, index, tol, evidence, f"{symptom}, and the same input at batch index 0 and 1 "
                              "got different scores or outputs")
-    if subject.facts.get("takes_features"):
+    if subject.facts.takes_features:
         return Finding(ID, Status.SKIP, f"not applicable: {symptom} — {FEATURES_NOTE}", loc, evidence)
     advice = ("add a positional encoding (a table added to the token embedding, rotary on q and k, or a relative "
               "bias on the scores)")
-    if subject.fact("causal") is True:
+    if subject.facts.causal is True:
         return Finding(ID, Status.WARN, (
             f"no positional signal: {symptom}. A causal decoder can still infer positions from its mask (position-"
             "free 'NoPE' decoders exist and train), so this is a warning, not a failure; if positions were meant, "

@@ -88,11 +88,11 @@ def mask_causal(ctx) -> list[Finding]:
     subject = ctx.subject
     why_not = _not_applicable(subject)
     if why_not:
-        return [Finding(ID, Status.SKIP, why_not, evidence={"causal": subject.fact("causal"), "kind": subject.kind})]
+        return [Finding(ID, Status.SKIP, why_not, evidence={"causal": subject.facts.causal, "kind": subject.kind})]
     lengths = _lengths(subject)
     if not lengths:
-        return [Finding(ID, Status.SKIP, f"inconclusive: max_len={subject.fact('max_len')} leaves no sequence of "
-                        "3 or more positions to probe", evidence={"max_len": subject.fact("max_len")})]
+        return [Finding(ID, Status.SKIP, f"inconclusive: max_len={subject.facts.max_len} leaves no sequence of "
+                        "3 or more positions to probe", evidence={"max_len": subject.facts.max_len})]
     measures = []
     for n in lengths:
         m = _measure(ctx, n, seed=n)
@@ -112,13 +112,13 @@ def mask_causal(ctx) -> list[Finding]:
 
 
 def _not_applicable(subject) -> str | None:
-    if subject.facts.get("inputs") is not None:
+    if subject.facts.inputs is not None:
         return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot perturb "
                 "single positions")
-    if subject.fact("causal") is False:
+    if subject.facts.causal is False:
         return (f"not applicable: causal=false ({subject.source_of('causal') or 'declared'}); a model of kind {subject.kind} that "
                 "is not causal may see the whole sequence")
-    if subject.kind is None and subject.facts.get("takes_features") is False and subject.fact("vocab_size") is None:
+    if subject.kind is None and subject.facts.takes_features is False and subject.facts.vocab_size is None:
         return "inconclusive: vocab_size is unknown, so tfcheck cannot draw other tokens; declare vocab_size"
     return None
 
@@ -147,8 +147,8 @@ def _perturbed_sequence(ctx, n: int, seed: int) -> tuple[torch.Tensor, torch.Ten
     where = torch.zeros(rows, n, dtype=torch.bool)
     where[torch.arange(1, rows), torch.tensor(positions)] = True
     where = where.to(subject.device)
-    if subject.facts.get("takes_features"):
-        d = subject.fact("d_model")
+    if subject.facts.takes_features:
+        d = subject.facts.d_model
         base = torch.randn(1, n, d, generator=gen).to(subject.device)
         other = torch.randn(rows, n, d, generator=gen).to(subject.device)
         return torch.where(where[..., None], other, base.expand(rows, n, d)), where
@@ -209,7 +209,7 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     sequence, where = _perturbed_sequence(ctx, n, seed)
     rows = sequence.shape[0]
     args, kwargs = _inputs(subject, sequence, seed)
-    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
             leakmap.perturbed_embedding(subject.model, sequence, where, seed):
         probe = ctx.run(args, kwargs, f"a length-{n} sequence and {rows - 1} copies with one position changed")
     out = probe.output
@@ -378,9 +378,9 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
     return {
         "lengths": [m.length for m in measures],
         "per_length": [{"length": m.length, **m.judgement.evidence()} for m in measures],
-        "causal": subject.fact("causal"), "causal_from": subject.source_of("causal") or "declared",
+        "causal": subject.facts.causal, "causal_from": subject.source_of("causal") or "declared",
         "perturbation": "each position in turn: another token id, plus a random vector of the embedding's "
-                        "scale added to its embedding" if not subject.facts.get("takes_features") else
+                        "scale added to its embedding" if not subject.facts.takes_features else
                         "each position in turn: other random features",
         "perturbed_positions": {m.length: perturbed_positions(m.length) for m in measures},
         "assumptions": notes,

@@ -59,8 +59,8 @@ def mask_padding(ctx) -> list[Finding]:
     subject = ctx.subject
     mode = _mode(subject)
     if mode.startswith("not applicable") or mode.startswith("inconclusive"):
-        return [Finding(ID, Status.SKIP, mode, evidence={"mask": str(subject.fact("mask")),
-                                                         "pad_id": subject.fact("pad_id")})]
+        return [Finding(ID, Status.SKIP, mode, evidence={"mask": str(subject.facts.mask),
+                                                         "pad_id": subject.facts.pad_id})]
     n = subject.probe_length(LENGTH)
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
@@ -70,20 +70,20 @@ def mask_padding(ctx) -> list[Finding]:
 
 def _mode(subject) -> str:
     """argument | internal | undeclared (pad_id known, no mask declared), or why the check cannot run."""
-    mask = subject.fact("mask")
-    if subject.facts.get("inputs") is not None:
+    mask = subject.facts.mask
+    if subject.facts.inputs is not None:
         return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot place "
                 "padding in them")
     if mask.argument is not None:
         return "argument"
-    if subject.facts.get("takes_features"):
+    if subject.facts.takes_features:
         return ("not applicable: the model takes features and no padding mask; declare mask=ARG:CONVENTION if a "
                 "forward argument takes one")
     if mask.convention == "internal":
-        if subject.fact("pad_id") is None:
+        if subject.facts.pad_id is None:
             return "inconclusive: mask=internal but pad_id is unknown; declare pad_id"
         return "internal"
-    if subject.fact("pad_id") is not None and "mask" not in subject.declared:
+    if subject.facts.pad_id is not None and "mask" not in subject.declared:
         return "undeclared"
     return ("not applicable: the model takes no padding mask; declare mask=ARG:CONVENTION or pad_id")
 
@@ -116,9 +116,9 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     device = subject.device
     keep = _layout(n).to(device)
     pads = ~keep
-    features = bool(subject.facts.get("takes_features"))
+    features = bool(subject.facts.takes_features)
     real = subject.random_primary(SAMPLES, n, gen)
-    pad_id = subject.fact("pad_id")
+    pad_id = subject.facts.pad_id
     if features or pad_id is None:
         base = real
     else:
@@ -141,7 +141,7 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     embedding_where[SAMPLES:2 * SAMPLES] = pads
     target = _target(subject, n, rows, gen)
     args, kwargs = _inputs(subject, primary, target, masks)
-    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.get("batch_first") is False) as layers, \
+    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
             leakmap.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
         probe = ctx.run(args, kwargs, f"{SAMPLES} padded samples of length {n}, their pads changed, a real token "
                                       "changed")
@@ -181,7 +181,7 @@ def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
 
 def _inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
     args, kwargs = subject.inputs_for(primary, target, keep=keep)
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     params = forward_params(subject.model)
     if mask.argument == "src_key_padding_mask" and "memory_key_padding_mask" in params \
             and "memory_key_padding_mask" not in kwargs:
@@ -284,7 +284,7 @@ def _mask_axis(ctx, m: _Measured) -> str | None:
     n = m.n
     gen = torch.Generator().manual_seed(23)
     real = subject.random_primary(SAMPLES, n, gen)
-    pad_id = subject.fact("pad_id")
+    pad_id = subject.facts.pad_id
     tokens = real if pad_id is None or real.is_floating_point() else torch.where(m.keep, real, torch.full_like(real, pad_id))
     target = _target(subject, n, SAMPLES, gen)
     args, kwargs = _inputs(subject, tokens, target, m.keep)
@@ -329,7 +329,7 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
     evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, **leakmap.evidence_of(lm)}
     location = Location(module=m.layers[0][0] if pattern == "mask not reaching cross-attention" else "")
     if m.mode == "undeclared":
-        message = (f"pad_id={subject.fact('pad_id')} is known but no padding mask is declared: if the model masks "
+        message = (f"pad_id={subject.facts.pad_id} is known but no padding mask is declared: if the model masks "
                    "padding from pad_id, declare mask=internal and this is a failure; if it takes no padding, declare "
                    f"mask=none. Measured: {message}")
         return Finding(ID, Status.WARN, message, location, evidence, row)

@@ -268,7 +268,7 @@ def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]
 
 def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict) -> Finding:
     d_k = site.contracted
-    what, bug = diagnose(m.scale, d_k, subject.fact("d_model"))
+    what, bug = diagnose(m.scale, d_k, subject.facts.d_model)
     module = site.module or "<root>"
     location = Location(module=site.module, file=site.file, line=site.line)
     untraced = [name for name, c in m.traced.items() if c is None]

@@ -28,7 +28,7 @@ DROWNS = 3.0
 
 
 def _not_applicable(subject) -> str | None:
-    if subject.kind == "attention" or subject.facts.get("takes_features"):
+    if subject.kind == "attention" or subject.facts.takes_features:
         return "the model takes features, not token ids: it embeds nothing"
     return None
 
@@ -115,7 +115,7 @@ def embedding_scale(ctx) -> list[Finding]:
                         "or relative positions): nothing to balance", Location(module=""),
                         {"embedding_lookups": len(observer.lookups)})]
     findings = []
-    d_model = subject.fact("d_model")
+    d_model = subject.facts.d_model
     for add in observer.additions:
         ratio = add.token_rms / add.position_rms if add.position_rms else float("inf")
         evidence = {"token_rms": add.token_rms, "position_rms": add.position_rms, "ratio": ratio,

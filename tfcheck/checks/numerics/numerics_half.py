@@ -29,7 +29,7 @@ def numerics_half(ctx) -> list[Finding]:
     """One recorded forward reading mask constants (plus one under autocast when precision=fp16|bf16 is
     declared): a constant overflowing float16 warns, and fails when the model declares it trains in fp16."""
     subject = ctx.subject
-    precision = subject.fact("precision")
+    precision = subject.facts.precision
     args, kwargs = _inputs(subject)
     fills = FillRecorder(subject.model)
     with Recorder(subject.model, aten=False, on_op=fills):
@@ -64,10 +64,10 @@ def numerics_half(ctx) -> list[Finding]:
 
 def _inputs(subject):
     """A padded batch where the model can be padded, so the masking code runs; else the plain probe."""
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     length = subject.probe_length(6)
     args, kwargs = subject.make_inputs(2, length, seed=14)
-    if subject.facts.get("inputs") is not None or subject.kind == "attention" or mask is None:
+    if subject.facts.inputs is not None or subject.kind == "attention" or mask is None:
         return args, kwargs
     gen = torch.Generator().manual_seed(14)
     tokens = subject.random_primary(2, length, gen)
@@ -77,8 +77,8 @@ def _inputs(subject):
         else None
     if mask.argument is not None:
         return subject.inputs_for(tokens, target, keep=keep)
-    if mask.convention == "internal" and subject.fact("pad_id") is not None and not subject.facts.get("takes_features"):
-        return subject.inputs_for(tokens.masked_fill(~keep, subject.fact("pad_id")), target)
+    if mask.convention == "internal" and subject.facts.pad_id is not None and not subject.facts.takes_features:
+        return subject.inputs_for(tokens.masked_fill(~keep, subject.facts.pad_id), target)
     return args, kwargs
 
 

@@ -26,11 +26,11 @@ LENGTH = 8
 def _not_applicable(subject) -> str | None:
     if subject.kind == "attention":
         return "an attention module takes no padding mask tfcheck can build"
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     if mask is not None and mask.argument is not None:
         return None
-    if mask is not None and mask.convention == "internal" and subject.fact("pad_id") is not None \
-            and not subject.facts.get("takes_features"):
+    if mask is not None and mask.convention == "internal" and subject.facts.pad_id is not None \
+            and not subject.facts.takes_features:
         return None
     return ("the model takes no padding mask and its pad id is unknown, so tfcheck cannot build a padded batch "
             "(declare mask=ARG:keep|pad|additive, or mask=internal with pad_id=INT)")
@@ -105,9 +105,9 @@ def _padded_batch(subject):
     target = None
     if subject.takes_target:
         target = subject.random_primary(3, max(1, length + TARGET_LENGTH_DELTA), gen)
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     if mask.argument is None:  # the model masks its pad ids itself
-        tokens = tokens.masked_fill(~keep, subject.fact("pad_id"))
+        tokens = tokens.masked_fill(~keep, subject.facts.pad_id)
         args, kwargs = subject.inputs_for(tokens, target)
     else:
         args, kwargs = subject.inputs_for(tokens, target, keep=keep)
@@ -116,9 +116,9 @@ def _padded_batch(subject):
 
 
 def _how_padded(subject) -> str:
-    mask = subject.fact("mask")
+    mask = subject.facts.mask
     if mask.argument is None:
-        return f"pad id {subject.fact('pad_id')} in the tokens (the model masks internally)"
+        return f"pad id {subject.facts.pad_id} in the tokens (the model masks internally)"
     return f"the mask argument {mask.argument} ({mask.convention} convention)"
 
 

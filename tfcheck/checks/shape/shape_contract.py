@@ -65,7 +65,7 @@ def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def _output_length(subject, length: int) -> int:
-    return max(1, length + TARGET_LENGTH_DELTA) if subject.kind == "seq2seq" and subject.facts.get("inputs") is None \
+    return max(1, length + TARGET_LENGTH_DELTA) if subject.kind == "seq2seq" and subject.facts.inputs is None \
         else length
 
 

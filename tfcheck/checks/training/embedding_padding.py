@@ -19,12 +19,12 @@ DELTA = 1.0
 
 
 def _not_applicable(subject) -> str | None:
-    if subject.facts.get("takes_features") or subject.facts.get("inputs") is not None:
+    if subject.facts.takes_features or subject.facts.inputs is not None:
         return "the model does not take token ids"
-    if subject.fact("pad_id") is None:
+    if subject.facts.pad_id is None:
         return "no pad token (pad_id is unknown); declare pad_id=INT if the model is trained on padded batches"
     if not _token_embeddings(subject):
-        return f"no nn.Embedding with vocab_size={subject.fact('vocab_size')} rows"
+        return f"no nn.Embedding with vocab_size={subject.facts.vocab_size} rows"
     return None
 
 
@@ -38,7 +38,7 @@ def embedding_padding(ctx) -> list[Finding]:
     positive control, which must move the real outputs): if sample 1's real outputs move, the pad vector
     reaches them, a warning."""
     subject = ctx.subject
-    pad = subject.fact("pad_id")
+    pad = subject.facts.pad_id
     tables = _token_embeddings(subject)
     states = {name: _state(emb, pad) for name, emb in tables}
     evidence = {"pad_id": pad, "embeddings": states}
@@ -74,7 +74,7 @@ def embedding_padding(ctx) -> list[Finding]:
 
 
 def _token_embeddings(subject) -> list[tuple[str, nn.Embedding]]:
-    sizes = {subject.fact("vocab_size"), subject.fact("output_vocab_size")} - {None}
+    sizes = {subject.facts.vocab_size, subject.facts.output_vocab_size} - {None}
     return [(n, m) for n, m in subject.model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings in sizes]
 
 

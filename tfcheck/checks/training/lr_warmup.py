@@ -47,7 +47,7 @@ def _evidence(subject, curve: Curve) -> dict:
     s = curve.schedule
     ev = {"schedule": s.source, "base_lr": s.base_lr, "base_lr_from": s.base_source,
           "rates_are_absolute": s.absolute, "planned_steps": curve.planned, "planned_steps_from": curve.planned_source,
-          "warmup_steps": subject.fact("warmup_steps"), "steps_taken": len(curve.rates)}
+          "warmup_steps": subject.facts.warmup_steps, "steps_taken": len(curve.rates)}
     if curve.rates:
         ev.update(curve=sparkline(curve.rates), first_rates=curve.rates[:5], peak=max(curve.rates),
                   peak_step=curve.peak_step, last_rate=curve.rates[-1], samples=_samples(curve.rates))
@@ -75,9 +75,9 @@ def _raised_at_start(curve: Curve, evidence: dict) -> Finding:
 
 
 def _raised_later(subject, curve: Curve, evidence: dict) -> Finding:
-    if subject.fact("total_steps"):
+    if subject.facts.total_steps:
         return Finding(ID, Status.FAIL, f"the scheduler raised {curve.error} at step {curve.error_step}, before "
-                       f"the declared total_steps={subject.fact('total_steps')}: training would crash there",
+                       f"the declared total_steps={subject.facts.total_steps}: training would crash there",
                        Location(), {**evidence, "tolerance": "no exception over the planned steps"},
                        row="lr-schedule-raises")
     return Finding(ID, Status.PASS, f"the scheduler stopped at step {curve.error_step} ({curve.error}) before the "
@@ -120,7 +120,7 @@ def _judge(subject, curve: Curve, evidence: dict) -> list[Finding]:
 
 def _shape(subject, curve: Curve, evidence: dict) -> list[Finding]:
     rates, peak = curve.rates, curve.peak_step
-    warmup = subject.fact("warmup_steps")
+    warmup = subject.facts.warmup_steps
     end = min(warmup, len(rates) - 1) if warmup else peak
     # A schedule counting steps from 1 peaks at warmup - 1 (the Noam formula with step + 1), one counting
     # from 0 at warmup (Hugging Face's): both are right, so the step into `end` may already decay.
@@ -152,7 +152,7 @@ def _shape(subject, curve: Curve, evidence: dict) -> list[Finding]:
                             row="lr-warmup-not-rising")]
         return []
     if peak == len(rates) - 1 and len(rates) > 1 and rates[-1] > rates[-2] * (1 + SLACK):
-        declared = subject.fact("total_steps")
+        declared = subject.facts.total_steps
         status = Status.FAIL if declared else Status.WARN
         tail = ("over the declared total_steps: it never stops rising" if declared else
                 f"over all {len(rates)} default planned steps; declare total_steps=INT (and warmup_steps=INT) to "
@@ -198,7 +198,7 @@ def _passed(subject, curve: Curve, evidence: dict) -> Finding:
 def _paper_match(subject, curve: Curve) -> dict:
     """Whether the curve is d_model^-0.5 * min(n^-0.5, n * warmup^-1.5) up to a constant factor, counting
     n from step (the paper) or step + 1 (safe at step 0)."""
-    d_model = subject.fact("d_model")
+    d_model = subject.facts.d_model
     rates = curve.rates
     if not d_model or curve.peak_step == 0 or len(rates) < 3:
         return {"compared": False}

@@ -93,7 +93,7 @@ def _placed(graph: Dataflow, norms: list[Norm], residuals) -> tuple[list[Norm], 
 
 def _post_ln(subject, placement: str, post: list[Norm], where: Location, evidence: dict) -> Finding:
     head = f"{placement}: {len(post)} norms after their residual adds ({_few(post)})"
-    warmup = subject.fact("warmup_steps")
+    warmup = subject.facts.warmup_steps
     schedule = find_schedule(subject)
     if schedule is None:
         if warmup:
@@ -120,7 +120,7 @@ def _post_ln(subject, placement: str, post: list[Norm], where: Location, evidenc
 
 def _look(subject) -> int:
     """Steps enough to see a declared warmup end (twice its length), at least WARMUP_LOOK."""
-    return min(max(WARMUP_LOOK, 2 * (subject.fact("warmup_steps") or 0)), MAX_PLANNED_STEPS)
+    return min(max(WARMUP_LOOK, 2 * (subject.facts.warmup_steps or 0)), MAX_PLANNED_STEPS)
 
 
 def _few(norms: list[Norm], n: int = 3) -> str:

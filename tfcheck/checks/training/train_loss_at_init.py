@@ -25,10 +25,10 @@ EXCESS_TOLERANCE = 1.0
 
 def _no_head(subject) -> str | None:
     """Why the model has no language-model head, read from its kind and structure (before any forward)."""
-    vocab = subject.fact("output_vocab_size")
+    vocab = subject.facts.output_vocab_size
     if vocab is None:
         return "vocab_size is unknown, so there is no ln(vocab_size) to compare with (declare vocab_size=INT)"
-    if subject.kind in ("decoder", "seq2seq") and not subject.facts.get("takes_features"):
+    if subject.kind in ("decoder", "seq2seq") and not subject.facts.takes_features:
         return None
     if any(isinstance(m, nn.Linear) and m.out_features == vocab for m in subject.model.modules()):
         return None

@@ -31,8 +31,8 @@ def _not_applicable(subject) -> str | None:
     if label_argument(subject) is None:
         return ("the model does not compute its own loss (no labels / targets argument in forward); the loss you "
                 "compute from its output is yours to shift")
-    if subject.fact("causal") is not True:
-        return (f"not causal (causal={subject.fact('causal')}, kind={subject.kind or 'unknown'}): a masked LM's labels "
+    if subject.facts.causal is not True:
+        return (f"not causal (causal={subject.facts.causal}, kind={subject.kind or 'unknown'}): a masked LM's labels "
                 "are its own inputs by design. Declare causal=true (or kind=decoder) if it predicts the next token")
     return None
 
@@ -45,7 +45,7 @@ def train_target_leak(ctx) -> list[Finding]:
     the model's own loss on another fresh batch without a graph. It must stay near ln(vocab_size)."""
     subject = ctx.subject
     label = label_argument(subject)
-    vocab = subject.fact("output_vocab_size")
+    vocab = subject.facts.output_vocab_size
     if not vocab:
         return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT", evidence={})]
     try:

@@ -1,0 +1,58 @@
+"""What tfcheck knows about a model: one typed attribute per fact, and where each came from.
+
+Checks read attributes (``subject.facts.pad_id``), never strings; a fact nothing settled is ``None``. The
+model layer sets facts with :meth:`Facts.set`, which records the source the report shows.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tfcheck.model.declarations import MaskSpec
+
+#: One element of a call plan: the forward parameter (None: passed positionally) and the probe tensor's role.
+PlanSlot = tuple["str | None", str]
+
+
+@dataclass
+class Facts:
+    # ----- what the model is: declared, or read from its config, signature and modules ---------------
+    kind: str | None = None  # encoder | decoder | seq2seq | attention, or None when nothing says it
+    causal: bool | None = None
+    vocab_size: int | None = None
+    output_vocab_size: int | None = None
+    pad_id: int | None = None
+    max_len: int | None = None
+    d_model: int | None = None
+    mask: MaskSpec | None = None  # the padding mask's argument, convention and layout
+    batch_first: bool | None = None  # False: torch's (length, batch, d) layout
+    takes_features: bool | None = None  # no nn.Embedding: the model takes float features
+    call_plan: list[PlanSlot] | None = None  # which forward parameter gets which probe tensor
+    output: str | int | None = None  # how the output tensor is selected from the return value ("auto" until seen)
+    returns: str | None = None  # "logits" or "hidden states", where the model says so itself
+    # ----- declared only: nothing in a model says them ------------------------------------------------
+    inputs: Callable[..., Any] | None = None
+    accept: dict[str, str] | None = None
+    kwargs: dict[str, Any] | None = None
+    schedule: Callable[..., Any] | None = None
+    warmup_steps: int | None = None
+    total_steps: int | None = None
+    lr: float | None = None
+    precision: str | None = None
+    train_steps: int | None = None
+    # ----- run settings ----------------------------------------------------------------------------------
+    probe_len: int | None = None
+    budget_s: float | None = None
+    device: str | None = None
+    #: fact name -> where its value came from (a declaration, the config, a rule)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def set(self, name: str, value: Any, source: str) -> None:
+        if name not in NAMES:
+            raise AttributeError(f"no fact {name!r}; facts are: {', '.join(sorted(NAMES))}")
+        setattr(self, name, value)
+        self.sources[name] = source
+
+
+NAMES = frozenset(f.name for f in dataclasses.fields(Facts)) - {"sources"}
