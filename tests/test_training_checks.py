@@ -11,7 +11,8 @@ import zoo_training as zt
 from reference_model import TransformerLM, noam_schedule
 from reference_model.broken import PostLNWithoutWarmup
 from tfcheck import Status
-from tfcheck.probe.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH, curve_svg, sparkline
+from tfcheck.probe.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH
+from tfcheck.probe.schedules import curve_svg, sparkline
 from helpers import nn_encoder, nn_transformer, result
 
 TRAINING_CHECKS = ["lr.warmup", "norm.placement", "train.loss_at_init", "train.overfit_batch", "train.grad_flow",

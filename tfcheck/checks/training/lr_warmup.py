@@ -7,7 +7,7 @@ import math
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
-from tfcheck.probe.training import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
+from tfcheck.probe.schedules import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
 
 ID = "lr.warmup"
 #: Peak rates outside this band are unusual for Adam on a Transformer (the paper's schedule peaks at

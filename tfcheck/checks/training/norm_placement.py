@@ -15,7 +15,7 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.recorder import Recording
 from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
-from tfcheck.probe.training import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
+from tfcheck.probe.schedules import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
 
 ID = "norm.placement"
 NORM_OPS = frozenset({"layer_norm", "rms_norm", "group_norm"})

@@ -16,7 +16,7 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
 from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
-                              label_argument, labelled_inputs, own_loss)
+                                    label_argument, labelled_inputs, own_loss)
 
 ID = "train.target_leak"
 #: A fresh-batch loss below this share of ln(V) is a leak: a model that cannot see the answer stays at
