@@ -17,7 +17,8 @@ from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.registry import Check, all_checks
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
-from tfcheck.model.subject import Subject, build_subject
+from tfcheck.model.inference import build_subject
+from tfcheck.model.subject import Subject
 
 SMOKE = "forward.smoke"
 BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
@@ -317,7 +318,7 @@ def _stopped_in(over: BudgetExceeded) -> tuple[str | None, int | None]:
     import importlib.util
     import os
 
-    from tfcheck.explainers.explanation import _is_library, _short_path
+    from tfcheck.probe.frames import is_user_frame, short_path
 
     dirs = []
     for name in _OWN_LIBRARIES:
@@ -326,8 +327,8 @@ def _stopped_in(over: BudgetExceeded) -> tuple[str | None, int | None]:
             dirs.append(os.path.dirname(found.origin))
     for frame in reversed(traceback.extract_tb(over.__traceback__)):
         path = os.path.abspath(frame.filename)
-        if not _is_library(frame.filename) and not path.startswith(tuple(dirs)):
-            return _short_path(path), frame.lineno
+        if is_user_frame(frame.filename) and not path.startswith(tuple(dirs)):
+            return short_path(path), frame.lineno
     return None, None
 
 

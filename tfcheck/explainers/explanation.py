@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -21,6 +19,7 @@ import torch.nn as nn
 
 from tfcheck.report import table
 from tfcheck.errors import UsageError
+from tfcheck.probe.frames import innermost_user_frame, short_path
 from tfcheck.report.findings import Location, _jsonable
 
 #: The row of an exception no diagnoser and no table pattern recognises.
@@ -621,24 +620,5 @@ _DIAGNOSERS: tuple[tuple[str, Callable[[re.Match, _Scene], _Diagnosis]], ...] = 
 
 def user_frame(exc: BaseException) -> tuple[str | None, int | None]:
     """The innermost traceback frame in the user's code: not torch, not tfcheck, not the standard library."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(frames):
-        if not _is_library(frame.filename):
-            return _short_path(os.path.abspath(frame.filename)), frame.lineno
-    return None, None
-
-
-def _is_library(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    torch_dir = os.path.dirname(torch.__file__)
-    own_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tfcheck package
-    stdlib = os.path.dirname(os.__file__)
-    return path.startswith((torch_dir, own_dir)) or (path.startswith(stdlib) and "site-packages" not in path)
-
-
-def _short_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
+    frame = innermost_user_frame(exc)
+    return (short_path(frame.filename), frame.lineno) if frame is not None else (None, None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import linecache
-import os
 import sys
 import traceback
 import warnings
@@ -27,7 +26,8 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.explainers.explanation import Explanation, ModuleStack, _is_library, _short_path, explain, parse_bytes, tracking
+from tfcheck.explainers.explanation import Explanation, ModuleStack, explain, parse_bytes, tracking
+from tfcheck.probe.frames import is_user_frame, short_path
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only
 #: record it on ``w.first_nonfinite``, or not look at all (no per-module check: no cost on a GPU).
@@ -265,14 +265,14 @@ def call_site() -> tuple[str | None, int | None]:
     line that called the module."""
     frame = sys._getframe(1)
     while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
+        if is_user_frame(frame.f_code.co_filename):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None, None
 
 
 def _short(file: str | None) -> str | None:
-    return _short_path(os.path.abspath(file)) if file else None
+    return short_path(file) if file else None
 
 
 def _outermost_inside(path: str, received: list[tuple[str, str | None, int | None]]):

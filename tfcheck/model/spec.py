@@ -12,12 +12,12 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfcheck.errors import SpecError
+from tfcheck.probe.frames import innermost_user_frame
 
 #: Small values for the usual hyper-parameter names: distinct from each other (d_model 32 != d_ff 64 !=
 #: vocab 101) so that no axis can be mistaken for another, and small enough to build in milliseconds.
@@ -117,11 +117,10 @@ def _import_failed(target: str, exc: BaseException) -> SpecError:
 
 
 def _user_frame(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename
-              and os.sep + "tfcheck" + os.sep not in f.filename]
     if isinstance(exc, SyntaxError) and exc.filename:
         return f" ({exc.filename}:{exc.lineno})"
-    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    frame = innermost_user_frame(exc)
+    return f" ({frame.filename}:{frame.lineno})" if frame is not None else ""
 
 
 @contextlib.contextmanager

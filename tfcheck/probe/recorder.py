@@ -12,7 +12,6 @@ and outputs, so the recorder never keeps tensors alive.
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,9 +22,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tfcheck package
-_STDLIB_DIR = os.path.dirname(os.__file__)
+from tfcheck.probe.frames import is_user_frame
+
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
@@ -385,8 +383,7 @@ def user_line() -> tuple[str | None, int | None]:
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<")
-                or (path.startswith(_STDLIB_DIR) and "site-packages" not in path)):
+        if is_user_frame(path):
             return path, frame.f_lineno
         frame = frame.f_back
     return None, None

@@ -1,0 +1,61 @@
+"""Which stack frames are the user's code: the one rule every message that names "your line" uses.
+
+A frame is the user's unless it is torch, tfcheck itself or the standard library. Packages installed in
+site-packages do count as the user's code (a Hugging Face model is the model under test), except torch.
+Frames with no file to point at (``<frozen importlib._bootstrap>``, ``<string>``, generated code) are not.
+
+Torch-free on purpose: the pytest plugin and the model loader use it before torch is imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import traceback
+
+__all__ = ["is_user_frame", "short_path", "innermost_user_frame"]
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[tuple[str, ...], str]:
+    """(directories never the user's, the standard library's directory). Each ends in a separator so that
+    ``.../torch`` does not also claim ``.../torchvision`` and ``.../tfcheck`` not ``.../tfcheck_models``."""
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package root, not probe/
+    found = importlib.util.find_spec("torch")  # finds torch's folder without paying for importing it
+    dirs = [own]
+    if found is not None and found.origin:
+        dirs.append(os.path.dirname(os.path.abspath(found.origin)))
+    stdlib = os.path.dirname(os.path.abspath(os.__file__))
+    return tuple(d + os.sep for d in dirs), stdlib + os.sep
+
+
+def is_user_frame(filename: str) -> bool:
+    """True when ``filename`` (a code object's or traceback frame's) is the user's code."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    never, stdlib = _library_dirs()
+    if path.startswith(never):
+        return False
+    # site-packages usually lives inside the standard library's folder (lib/python3.X/site-packages)
+    return not (path.startswith(stdlib) and "site-packages" not in path)
+
+
+def short_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it, else absolute: what a reader can
+    paste and what CI annotations match against the checkout."""
+    path = os.path.abspath(path)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def innermost_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc``'s traceback in the user's code, if any."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if is_user_frame(frame.filename):
+            return frame
+    return None
