@@ -94,17 +94,27 @@ def _draw_all(strategy, count=12):
     return seen
 
 
+def _padded_and_unpadded(drawn):
+    padded = [i for i in drawn if not bool(i.keep.all())]
+    unpadded = [i for i in drawn if bool(i.keep.all())]
+    assert padded and unpadded, "the draws must exercise both a padded and an unpadded batch"
+    return padded, unpadded
+
+
 def test_model_inputs_use_the_models_own_mask_convention():
-    hf = _draw_all(tst.model_inputs("zoo_masks:HFLikeEncoder", max_batch=2, max_len=5))
-    assert any(not bool(i.keep.all()) for i in hf)
-    for inputs in hf:
-        assert torch.equal(inputs.kwargs["attention_mask"], inputs.keep.long()) if not bool(inputs.keep.all()) \
-            else True
-    torch_encoder = _draw_all(tst.model_inputs(nn_encoder(), max_batch=2, max_len=5))
-    for inputs in torch_encoder:
+    padded, unpadded = _padded_and_unpadded(
+        _draw_all(tst.model_inputs("zoo_masks:HFLikeEncoder", max_batch=2, max_len=5)))
+    for inputs in padded:
+        assert torch.equal(inputs.kwargs["attention_mask"], inputs.keep.long())  # 1 = real token
+    for inputs in unpadded:  # no pads: the mask argument is left to its default (every position real)
+        assert "attention_mask" not in inputs.kwargs, inputs.kwargs
+    padded, unpadded = _padded_and_unpadded(_draw_all(tst.model_inputs(nn_encoder(), max_batch=2, max_len=5)))
+    for inputs in padded + unpadded:
         assert inputs.args[0].is_floating_point()  # no embedding: features
-        if not bool(inputs.keep.all()):
-            assert torch.equal(inputs.kwargs["src_key_padding_mask"], ~inputs.keep)  # True = pad
+    for inputs in padded:
+        assert torch.equal(inputs.kwargs["src_key_padding_mask"], ~inputs.keep)  # True = pad
+    for inputs in unpadded:
+        assert "src_key_padding_mask" not in inputs.kwargs, inputs.kwargs
 
 
 def test_model_inputs_put_pad_ids_where_the_model_builds_its_mask():
