@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import pytest
 import torch
 import torch.nn as nn
 from hypothesis import HealthCheck, given, settings
@@ -25,8 +26,20 @@ OUTPUTS = ["tensor", "tensor", "tensor", "tuple", "dict", "object", "none", "str
 CONVENTIONS = ["input_ids", "with_mask", "nanogpt", "varargs", "features"]
 
 
-def _zoo() -> list[type]:
-    """Every model of the test zoo that builds without arguments, the broken gallery, the reference models."""
+#: The zoo models tfcheck refuses to build, and what its UsageError must say: a constructor argument it cannot
+#: guess, a constructor that raises on purpose. They are the only ones left out of the fuzz.
+REFUSED = {
+    "zoo:NeedsUnknownArgument": "needs argument(s) tokenizer_path that tfcheck cannot guess",
+    "zoo:ConstructorRaises": "raised ValueError: d_model must be divisible by num_heads",
+}
+
+
+def _spec(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _zoo_classes() -> list[type]:
+    """Every model class of the test zoo, the broken gallery, the reference models (none constructed here)."""
     found: list[type] = [TransformerEncoder, TransformerLM, Seq2SeqTransformer, *broken.VARIANTS]
     for name in ("zoo", "zoo_flow", "zoo_heads", "zoo_masks", "zoo_numerics", "zoo_training"):
         module = importlib.import_module(name)
@@ -34,16 +47,27 @@ def _zoo() -> list[type]:
             if attr.startswith("_") or not (inspect.isclass(value) and issubclass(value, nn.Module)) \
                     or value.__module__ != name:
                 continue
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    value()
-            except Exception:  # noqa: BLE001 - needs arguments, or raises on purpose (ConstructorRaises)
-                continue
             found.append(value)
     return found
 
 
-ZOO = _zoo()
+def _needs_arguments(cls: type) -> bool:
+    return any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in inspect.signature(cls).parameters.values())
+
+
+def build(cls: type) -> nn.Module:
+    """An instance with the same weights every run (the suite's generator untouched): cls(), or, when the
+    constructor needs arguments, the instance tfcheck builds with the hyper-parameters it fills in. Any
+    error propagates: a zoo model that does not build fails the fuzz instead of leaving it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return load_subject(cls, {}).model if _needs_arguments(cls) else cls()
+
+
+ZOO_CLASSES = _zoo_classes()
+assert set(REFUSED) <= {_spec(c) for c in ZOO_CLASSES}, "REFUSED names a model the zoo no longer has"
+ZOO = [c for c in ZOO_CLASSES if _spec(c) not in REFUSED]
 
 
 def _shaped(output: torch.Tensor, style: str):
@@ -190,8 +214,21 @@ def test_random_transformers_never_break_tfcheck(vocab, width, heads, layers, dr
        raise_on_call=st.one_of(st.none(), st.integers(1, 40)),
        wrapped=st.booleans(), budget_s=st.sampled_from([None, None, 0.005, 0.02, 0.05]))
 def test_zoo_models_and_their_strange_wrappers_never_break_tfcheck(cls, output, raise_on_call, wrapped, budget_s):
-    with torch.random.fork_rng(devices=[]):  # the same weights every run, the suite's generator untouched
-        torch.manual_seed(0)
-        inner = cls()
+    inner = build(cls)
     model = Strange(inner, output, raise_on_call) if wrapped else inner
     check_the_battery(model, **({"budget_s": budget_s} if budget_s is not None else {}))
+
+
+@pytest.mark.parametrize("cls", ZOO, ids=_spec)
+def test_every_fuzzed_zoo_model_builds(cls):
+    """The fuzz draws a few of these; each one must build, or it would fail only when drawn."""
+    assert isinstance(build(cls), nn.Module)
+
+
+@pytest.mark.parametrize("spec", sorted(REFUSED))
+def test_the_zoo_models_left_out_of_the_fuzz_are_refused_with_a_clear_message(spec):
+    cls = next(c for c in ZOO_CLASSES if _spec(c) == spec)
+    with pytest.raises(tfcheck.UsageError) as refused:
+        load_subject(cls, {})
+    message = str(refused.value)
+    assert REFUSED[spec] in message and "'kwargs' declaration" in message, message
