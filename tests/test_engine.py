@@ -194,12 +194,12 @@ def test_model_is_left_exactly_as_it_was():
 
 
 def test_a_check_that_breaks_is_an_error_finding_not_a_crash(monkeypatch):
-    from tfcheck.engine import registry
+    from tfcheck.engine import battery, registry
 
     def broken_check(ctx):
         raise KeyError("internal")
 
-    chk = registry.get("shape.contract")
+    chk = battery.get("shape.contract")
     monkeypatch.setitem(registry._REGISTRY, "shape.contract",
                         registry.Check(chk.id, chk.title, chk.kinds, chk.rows, broken_check, chk.doc))
     result = tfcheck.run_checks("reference_model:TransformerLM").models[0].result("shape.contract")

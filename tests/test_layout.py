@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-from tfcheck.engine.registry import all_checks
+from tfcheck.engine.battery import all_checks
 
 BATTERY = {
     "shape": {"forward.smoke", "shape.contract", "shape.residual"},
@@ -33,7 +33,7 @@ def test_the_registry_holds_exactly_the_battery_each_check_in_its_family_folder(
     ("tfcheck.recorded_probe", ["observer", "shared"]),
     ("tfcheck.leakmap", ["LeakMap", "save_images"]),
     ("tfcheck.training", ["curve_svg", "schedule_rates", "sparkline"]),
-    ("tfcheck.registry", ["check", "all_checks"]),
+    ("tfcheck.registry", ["check", "all_checks", "get"]),
     ("tfcheck.shrinking", ["replay", "MAX_FORWARDS"]),
     ("tfcheck.report", ["Report", "ModelReport", "CheckResult", "Finding", "Status"]),
     ("tfcheck.plugin", ["pytest_addoption"]),

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tfcheck.report import table
-from tfcheck.engine.registry import all_checks
+from tfcheck.engine.battery import all_checks
 
 SOURCE_ROWS = {  # §5.3 of the second source article, verbatim
     "mat1-mat2-shapes": ("线性层输入维度不匹配", "检查d_model和输入最后一维是否一致"),

@@ -8,12 +8,11 @@ Importing this package does not import torch; the public functions do, when call
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 __all__ = ["run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain", "TfcheckError", "UsageError",
            "Status", "__version__"]
 
 from tfcheck.errors import TfcheckError, UsageError  # noqa: E402  (torch-free)
+from tfcheck.version import __version__  # noqa: E402
 from tfcheck.report.status import Status  # noqa: E402  (torch-free)
 
 

@@ -145,7 +145,7 @@ def _write_images(report, json_path: Path) -> None:
 
 def _list() -> int:
     from tfcheck.model.declarations import KEYS
-    from tfcheck.engine.registry import all_checks
+    from tfcheck.engine.battery import all_checks
     from rich.markup import escape
     from rich.table import Table
 

@@ -178,7 +178,7 @@ class TfcheckSession:
 def _report(state: PluginState):
     """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
     from tfcheck.report.findings import Finding
-    from tfcheck.engine.registry import all_checks
+    from tfcheck.engine.battery import all_checks
     from tfcheck.report.report import Assumption, CheckResult, Cost, ModelReport, Report
 
     order = {c.id: i for i, c in enumerate(all_checks())}

@@ -7,7 +7,7 @@ function, and its rows in ``tfcheck/data/table/<family>.toml``; ``tfcheck/checks
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 ALL_KINDS = frozenset({"encoder", "decoder", "seq2seq", "attention", None})
 
@@ -31,6 +31,9 @@ class Check:
     #: the check builds its own probe inputs (perturbed tokens, padding), which a declared ``inputs``
     #: factory does not allow
     builds_inputs: bool = False
+    #: the check's minimal-example property (a ``tfcheck.explainers.shrinking.Property``), for checks whose
+    #: failures the search shrinks to the smallest input that shows them; ``replay`` finds it here
+    shrink: Any = None
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
@@ -49,28 +52,20 @@ _REGISTRY: dict[str, Check] = {}
 
 
 def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100,
-          group: str = "probe", applies: Callable | None = None, builds_inputs: bool = False) -> Callable:
+          group: str = "probe", applies: Callable | None = None, builds_inputs: bool = False,
+          shrink: Any = None) -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
         _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
-                              group, applies, builds_inputs)
+                              group, applies, builds_inputs, shrink=shrink)
         return func
     return register
 
 
-def all_checks() -> list[Check]:
-    import tfcheck.checks  # noqa: F401  (registers the battery)
-
+def registered() -> list[Check]:
+    """The checks registered so far, in battery order. The registry imports no check (each check imports the
+    registry to register itself); ``tfcheck.engine.battery`` loads them all."""
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.id))
-
-
-def get(check_id: str) -> Check:
-    checks = {c.id: c for c in all_checks()}
-    if check_id not in checks:
-        from tfcheck.errors import UsageError
-
-        raise UsageError(f"unknown check {check_id!r}; checks are: {', '.join(checks)} (see `tfcheck list`)")
-    return checks[check_id]

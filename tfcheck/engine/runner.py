@@ -14,7 +14,8 @@ from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.engine.budget import BudgetExceeded, time_budget
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.guard import Baseline, placed_on, preserved
-from tfcheck.engine.registry import Check, all_checks
+from tfcheck.engine.battery import all_checks
+from tfcheck.engine.registry import Check
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
 from tfcheck.model.inference import build_subject

@@ -164,7 +164,7 @@ def _settle_mask_layout(subject) -> None:
     """A forward that requires its mask laid out for the attention scores (the tutorial style): forward.smoke
     tries the layouts, one forward each, and the subject keeps the one that runs, as in the battery."""
     from tfcheck.engine.runner import run_check
-    from tfcheck.engine.registry import get
+    from tfcheck.engine.battery import get
 
     run_check(subject, get("forward.smoke"))
 

@@ -104,7 +104,7 @@ class Report:
         return any(f.status in bad for m in self.models for f in m.findings())
 
     def to_dict(self) -> dict[str, Any]:
-        from tfcheck import __version__
+        from tfcheck.version import __version__
 
         return {
             "schema_version": self.schema_version,
