@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from tfcheck.explainers.explanation import Explanation, explain, tracking
+from tfcheck.explainers.explanation import Explanation, explain
+from tfcheck.probe.module_stack import tracking
 from tfcheck.report.report import Cost
 from tfcheck.model.subject import Subject, infer_output
 

@@ -207,7 +207,8 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
 
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
-    from tfcheck.explainers.explanation import ModuleStack, explain
+    from tfcheck.explainers.explanation import explain
+    from tfcheck.probe.module_stack import ModuleStack
 
     modules = dict(model.named_modules())
     open_calls = [c for c in recorder.recording.calls if c.raised]

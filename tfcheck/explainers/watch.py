@@ -26,7 +26,9 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.explainers.explanation import Explanation, ModuleStack, explain, parse_bytes, tracking
+from tfcheck.explainers.byte_sizes import parse_bytes
+from tfcheck.explainers.explanation import Explanation, explain
+from tfcheck.probe.module_stack import ModuleStack, tracking
 from tfcheck.probe.frames import is_user_frame, short_path
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only

@@ -49,7 +49,7 @@ class Finding:
             "status": self.status.value,
             "message": self.message,
             "location": self.location.to_dict() if self.location else None,
-            "evidence": _jsonable(self.evidence),
+            "evidence": to_jsonable(self.evidence),
             "row": self.row,
         }
 
@@ -66,16 +66,16 @@ class Finding:
         )
 
 
-def _jsonable(value: Any) -> Any:
+def to_jsonable(value: Any) -> Any:
     """Evidence may hold tuples, torch.Size, numpy scalars; JSON wants lists and plain numbers."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [to_jsonable(v) for v in value]
     if isinstance(value, (str, bool, int, type(None))):
         return value
     if isinstance(value, float):
         return value if value == value and abs(value) != float("inf") else str(value)
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return _jsonable(value.item())
+        return to_jsonable(value.item())
     return str(value)

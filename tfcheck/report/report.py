@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from tfcheck.report.findings import Finding, _jsonable
+from tfcheck.report.findings import Finding, to_jsonable
 from tfcheck.report.status import Status, worst
 
 #: Bump when the JSON layout changes incompatibly; docs/report-schema.md documents each version.
@@ -21,7 +21,7 @@ class Assumption:
     source: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "value": _jsonable(self.value), "source": self.source}
+        return {"key": self.key, "value": to_jsonable(self.value), "source": self.source}
 
 
 @dataclass
