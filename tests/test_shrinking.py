@@ -19,6 +19,7 @@ from reference_model import TransformerLM, broken
 from reference_model.models import padding_mask
 from tfcheck import Status
 from tfcheck.explainers import shrinking
+from tfcheck.shrinking import describe_padding, replay  # the public path the replay lines print
 from helpers import result
 
 CAUSAL, PADDING, BATCH = "mask.causal", "mask.padding", "batch.independence"
@@ -63,7 +64,7 @@ def test_a_leak_that_needs_length_5_shrinks_to_length_5():
     assert finding.evidence["minimal_example_search"]["forwards"] <= shrinking.MAX_FORWARDS
     # and it is minimal: nothing of length 4 leaks
     for position in range(1, 4):
-        shown = shrinking.replay(LMWithShortCausalCache, CAUSAL, {"batch": 1, "length": 4, "position": position,
+        shown = replay(LMWithShortCausalCache, CAUSAL, {"batch": 1, "length": 4, "position": position,
                                                                    "seed": 0})
         assert not shown.leaks, shown
 
@@ -123,10 +124,10 @@ def test_the_replay_line_measures_the_example_again():
     finding, example = minimal(model, PADDING)
     assert finding.evidence["replay"].startswith(
         "python -c 'from tfcheck.shrinking import replay; print(replay(MODEL, ")
-    shown = shrinking.replay(model, PADDING, {k: example[k] for k in ("batch", "length", "pads", "seed")})
+    shown = replay(model, PADDING, {k: example[k] for k in ("batch", "length", "pads", "seed")})
     assert shown.leaks and shown.change == example["change"] and shown.detail == example["shows"]
     # a correct model, same example: nothing to show
-    assert not shrinking.replay("zoo_masks:HFLikeBmmEncoder", PADDING, {"batch": 2, "length": 2, "pads": ["..", "._"],
+    assert not replay("zoo_masks:HFLikeBmmEncoder", PADDING, {"batch": 2, "length": 2, "pads": ["..", "._"],
                                                                          "seed": 0}).leaks
 
 
@@ -286,7 +287,7 @@ def test_a_model_that_raises_at_small_sizes_keeps_its_failure():
 
 
 def test_describe_padding():
-    d = shrinking.describe_padding
+    d = describe_padding
     assert d((True, True)) == "unpadded"
     assert d((True, False)) == "one pad at the end"
     assert d((False, False, True)) == "2 pads at the start"
@@ -295,10 +296,10 @@ def test_describe_padding():
 
 
 def test_replay_refuses_a_check_without_examples():
-    with pytest.raises(tfcheck.UsageError, match="checks with minimal examples are: mask.causal"):
-        shrinking.replay("reference_model:TransformerLM", "shape.contract", {})
+    with pytest.raises(tfcheck.UsageError, match="checks with minimal examples are: batch.independence, mask.causal, mask.padding$"):
+        replay("reference_model:TransformerLM", "shape.contract", {})
     with pytest.raises(tfcheck.UsageError, match="missing position"):
-        shrinking.replay("reference_model:TransformerLM", CAUSAL, {"batch": 1, "length": 2, "seed": 0})
+        replay("reference_model:TransformerLM", CAUSAL, {"batch": 1, "length": 2, "seed": 0})
 
 
 def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):

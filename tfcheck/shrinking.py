@@ -1,28 +1,26 @@
-"""The public path ``tfcheck.shrinking``: the module lives in ``tfcheck.explainers.shrinking``; its public names are
-re-exported here so code and printed lines written against this path keep working."""
+"""The public path ``tfcheck.shrinking``: the generic search lives in ``tfcheck.explainers.shrinking``,
+``replay`` in ``tfcheck.explainers.replay`` and each check's examples beside the check; their public names
+are re-exported here so code and printed replay lines written against this path keep working."""
+from tfcheck.checks.flow.batch_independence import BatchExample, BatchProperty  # noqa: F401
+from tfcheck.checks.mask.causal_examples import CausalExample, CausalProperty  # noqa: F401
+from tfcheck.checks.mask.padding_examples import PaddingExample, PaddingProperty, describe_padding, layout  # noqa: F401
+from tfcheck.explainers.replay import replay  # noqa: F401
 from tfcheck.explainers.shrinking import (  # noqa: F401
-    BatchExample,
-    BatchProperty,
-    CausalExample,
-    CausalProperty,
-    describe_padding,
-    example_dict,
-    isolated_hypothesis,
-    layout,
     MAX_EXAMPLES,
     MAX_FORWARDS,
     MAX_SECONDS,
-    PaddingExample,
-    PaddingProperty,
-    PROPERTIES,
     Property,
-    replay,
-    replay_command,
     Search,
+    Shown,
+    example_dict,
+    isolated_hypothesis,
+    replay_command,
     search,
     search_settings,
-    Shown,
     with_minimal_example,
 )
 
-__all__ = ['BatchExample', 'BatchProperty', 'CausalExample', 'CausalProperty', 'describe_padding', 'example_dict', 'isolated_hypothesis', 'layout', 'MAX_EXAMPLES', 'MAX_FORWARDS', 'MAX_SECONDS', 'PaddingExample', 'PaddingProperty', 'PROPERTIES', 'Property', 'replay', 'replay_command', 'Search', 'search', 'search_settings', 'Shown', 'with_minimal_example']
+__all__ = ['BatchExample', 'BatchProperty', 'CausalExample', 'CausalProperty', 'describe_padding', 'example_dict',
+           'isolated_hypothesis', 'layout', 'MAX_EXAMPLES', 'MAX_FORWARDS', 'MAX_SECONDS', 'PaddingExample',
+           'PaddingProperty', 'Property', 'replay', 'replay_command', 'Search', 'search', 'search_settings', 'Shown',
+           'with_minimal_example']

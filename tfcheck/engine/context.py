@@ -26,8 +26,10 @@ import torch
 
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.probe.module_stack import tracking
+from tfcheck.model.inputs import batch_length
+from tfcheck.model.outputs import infer_output
+from tfcheck.model.subject import Subject
 from tfcheck.report.report import Cost
-from tfcheck.model.subject import Subject, infer_output
 
 
 class ModelRaised(Exception):
@@ -69,7 +71,7 @@ class CheckContext:
 
     def run(self, args: tuple, kwargs: dict, what: str, grad: bool = False) -> Probe:
         """One counted forward on the given inputs; ``grad=True`` keeps the graph for autograd.grad."""
-        batch, length = _batch_length(args, kwargs)
+        batch, length = batch_length(args, kwargs)
         raw = self.call(args, kwargs, what, tokens=batch * length, grad=grad)
         infer_output(self.subject, raw)
         return Probe(args, kwargs, raw, self.subject.extract_output(raw), batch, length)
@@ -101,9 +103,5 @@ class CheckContext:
                 raise ModelRaised(explain(exc, stack, what)) from exc
 
 
-def _batch_length(args: tuple, kwargs: dict) -> tuple[int, int]:
-    """Batch and length of the first tensor argument with at least two dimensions."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.dim() >= 2:
-            return int(value.shape[0]), int(value.shape[1])
-    return 1, 1
+# Kept for tfcheck.probe.training until it imports tfcheck.model.inputs.batch_length (the public name).
+_batch_length = batch_length

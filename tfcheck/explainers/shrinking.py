@@ -1,16 +1,19 @@
-"""Minimal failing examples: after mask.causal, mask.padding or batch.independence has found a leak, hypothesis
-draws batch sizes, lengths and padding patterns and shrinks the failure to the smallest input that still
-shows it ("still leaks with batch 1, length 2: output position 0 changes when position 1 changes").
+"""Minimal failing examples, the generic search: after a check has found a failure, hypothesis draws
+examples of the check's own ``shrink=`` property (batch sizes, lengths, padding patterns) and shrinks the
+failure to the smallest input that still shows it ("still leaks with batch 1, length 2: output position 0
+changes when position 1 changes").
 
 A check's verdict comes from its own batched, deterministic measurement; this search only describes a
 failure already found, so a passing model never pays for it. It is bounded (MAX_FORWARDS extra forwards,
 MAX_SECONDS of wall time and at most a quarter of the check's budget_s) and reproducible: hypothesis runs
 derandomized, with no example database (nothing is written to the working directory) and with every
 setting given explicitly, so neither a user's hypothesis profile nor the CI profile changes the result.
-The finding's evidence holds the example and a one-line ``replay`` that measures it again.
+The finding's evidence holds the example and a one-line ``replay`` that measures it again
+(tfcheck.explainers.replay).
 
-Each checked property is one class below: the strategy of its examples (tfcheck.model.strategies) and
-``shows(search, example)``, the measurement of one example in one or two forwards.
+This module knows no check. A check owns its property (a ``Property`` subclass: the strategy of its
+examples and ``shows(search, example)``, the measurement of one example in one or two forwards), registers
+it with ``@check(..., shrink=PROPERTY)`` and passes it to ``with_minimal_example``.
 """
 from __future__ import annotations
 
@@ -24,8 +27,6 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn as nn
 
-from tfcheck.probe import flow
-from tfcheck.ui import leakmap
 from tfcheck.errors import UsageError
 from tfcheck.report.findings import Finding
 from tfcheck.report.status import Status
@@ -37,8 +38,8 @@ MAX_FORWARDS = 40
 MAX_SECONDS = 10.0
 #: Examples hypothesis generates before it shrinks (most failures show at the very first, simplest one).
 MAX_EXAMPLES = 12
-#: Largest batch searched (batch.independence: one more), and the longest length when the failing
-#: measurement does not say its own (the search never goes longer than the check's measurement).
+#: Largest batch a property searches (batch.independence: one more), and the longest length when the
+#: failing measurement does not say its own (the search never goes longer than the check's measurement).
 MAX_BATCH, MAX_LENGTH = 3, 16
 
 
@@ -57,78 +58,6 @@ class Shown:
     def __str__(self) -> str:
         verdict = "shows the failure" if self.leaks else "does not show the failure"
         return f"{verdict}: {self.detail} (tolerance {self.tolerance:.3g})"
-
-
-# ----- examples -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CausalExample:
-    """Every sample of a batch with the token at ``position`` changed: no earlier output may move."""
-
-    batch: int
-    length: int
-    position: int
-    seed: int
-
-    def describe(self) -> str:
-        return f"batch {self.batch}, length {self.length}"
-
-
-@dataclass(frozen=True)
-class PaddingExample:
-    """A padded batch (one keep pattern per sample, True = real) whose pads' content changes."""
-
-    batch: int
-    length: int
-    keep: tuple[tuple[bool, ...], ...]
-    seed: int
-
-    def describe(self) -> str:
-        if self.batch == 1:
-            return f"batch 1, length {self.length}, {describe_padding(self.keep[0])}"
-        samples = "; ".join(f"sample {i} {describe_padding(k)}" for i, k in enumerate(self.keep))
-        return f"batch {self.batch}, length {self.length} ({samples})"
-
-    def to_dict(self) -> dict:
-        return {"batch": self.batch, "length": self.length, "pads": [layout(k) for k in self.keep],
-                "seed": self.seed}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "PaddingExample":
-        keep = tuple(tuple(c == "." for c in row) for row in data["pads"])
-        return cls(int(data["batch"]), int(data["length"]), keep, int(data["seed"]))
-
-
-@dataclass(frozen=True)
-class BatchExample:
-    """A batch whose sample ``sample`` is also run alone (batch 1): its output must be the same."""
-
-    batch: int
-    length: int
-    sample: int
-    seed: int
-
-    def describe(self) -> str:
-        return f"batch {self.batch}, length {self.length}"
-
-
-def layout(keep_row: tuple[bool, ...]) -> str:
-    """'.' for a real token, '_' for a pad (the layout mask.padding's evidence shows)."""
-    return "".join("." if k else "_" for k in keep_row)
-
-
-def describe_padding(keep_row: tuple[bool, ...]) -> str:
-    """'unpadded', 'one pad at the end', '2 pads at the start', 'pads at positions 1, 3'."""
-    pads = [i for i, k in enumerate(keep_row) if not k]
-    if not pads:
-        return "unpadded"
-    count = "one pad" if len(pads) == 1 else f"{len(pads)} pads"
-    n = len(keep_row)
-    if pads == list(range(n - len(pads), n)):
-        return f"{count} at the end"
-    if pads == list(range(len(pads))):
-        return f"{count} at the start"
-    return f"{count} at position{'s' if len(pads) > 1 else ''} {', '.join(map(str, pads))}"
 
 
 # ----- the search -----------------------------------------------------------------------------------
@@ -184,7 +113,7 @@ def search_settings():
         print_blob=False, suppress_health_check=list(HealthCheck), stateful_step_count=1, backend="hypothesis")
 
 
-def search(ctx, prop: "Property", strategy, max_forwards: int | None = None,
+def search(ctx, prop: Property, strategy, max_forwards: int | None = None,
            max_seconds: float | None = None) -> tuple[Any, Shown | None, Search, int]:
     """The smallest example of ``strategy`` that shows the failure: (example or None, what it showed,
     the search, the number of examples measured). Budgets default to MAX_FORWARDS and MAX_SECONDS."""
@@ -259,10 +188,9 @@ def _without_local_constants() -> Iterator[None]:
         cache.cache.clear()  # and those computed without them, so the user's own tests see theirs again
 
 
-def with_minimal_example(ctx, finding: Finding) -> Finding:
-    """``finding`` with the smallest input that still shows its failure (message and evidence), when it is
-    a failure or warning of a check that has a property here; any other finding as it is."""
-    prop = PROPERTIES.get(finding.check)
+def with_minimal_example(ctx, finding: Finding, prop: Property | None) -> Finding:
+    """``finding`` with the smallest input of ``prop`` (its check's property) that still shows its failure
+    (message and evidence), when it is a failure or warning; any other finding as it is."""
     if prop is None or finding.status not in (Status.FAIL, Status.WARN):
         return finding
     from tfcheck.engine.budget import BudgetExceeded
@@ -321,10 +249,11 @@ def example_dict(example) -> dict:
     return dataclasses.asdict(example)
 
 
-# ----- the properties -------------------------------------------------------------------------------
+# ----- what a check's property provides ------------------------------------------------------------
 
 class Property:
-    """What one check's examples are, and how one is measured."""
+    """What one check's examples are, and how one is measured: subclassed next to the check it belongs to,
+    whose measurement helpers it shares."""
 
     check: str
     example_type: type
@@ -354,263 +283,25 @@ class Property:
         return self.example_type(**{k: int(data[k]) for k in names})
 
 
-def _tokens_or_shape(t: torch.Tensor) -> Any:
+def tokens_or_shape(t: torch.Tensor) -> Any:
     return t.tolist() if not t.is_floating_point() else f"random features {tuple(t.shape)}"
 
 
-def _longest(finding: Finding, key: str) -> int:
+def longest_measured(finding: Finding, key: str) -> int:
+    """The longest length the check measured (``key`` in its evidence: a length or a list of them): the
+    search goes no longer."""
     value = finding.evidence.get(key)
     if isinstance(value, (list, tuple)) and value:
         value = max(value)
     return int(value) if isinstance(value, int) else MAX_LENGTH
 
 
-def _seq2seq(subject) -> bool:
-    return subject.takes_target
-
-
-def _finite_rows(out: torch.Tensor) -> torch.Tensor:
+def finite_rows(out: torch.Tensor) -> torch.Tensor:
     """(batch, length) bool: positions whose output is finite."""
     return torch.isfinite(out).reshape(*out.shape[:2], -1).all(-1)
 
 
-class CausalProperty(Property):
-    check, example_type = "mask.causal", CausalExample
-
-    def strategy(self, subject, finding):
-        from hypothesis import strategies as st
-
-        from tfcheck.model import strategies as tst
-
-        longest = max(2, _longest(finding, "lengths"))
-
-        @st.composite
-        def examples(draw) -> CausalExample:
-            b = draw(tst.batch_sizes(1, MAX_BATCH))
-            n = draw(tst.lengths(2, longest))
-            k = draw(st.integers(1, n - 1))
-            return CausalExample(b, n, k, draw(tst.seeds()))
-
-        return examples()
-
-    def _sequences(self, subject, ex: CausalExample):
-        gen = torch.Generator().manual_seed(ex.seed)
-        where = torch.zeros(ex.batch, ex.length, dtype=torch.bool)
-        where[:, ex.position] = True
-        where = where.to(subject.device)
-        if subject.facts.takes_features:
-            base = torch.randn(ex.batch, ex.length, subject.facts.d_model, generator=gen).to(subject.device)
-            other = torch.where(where[..., None], torch.randn(base.shape, generator=gen).to(subject.device), base)
-        else:
-            base = subject.random_tokens(ex.batch, ex.length, gen)
-            other = flow.replace_tokens(subject, base, where, ex.seed + 1)
-        source = subject.random_primary(ex.batch, ex.length, gen) if subject.kind == "seq2seq" else None
-        return base, other, where, source
-
-    def _inputs(self, subject, sequence, source):
-        if source is None:
-            return subject.inputs_for(sequence)
-        from tfcheck.checks.mask.mask_causal import _takes_torch_tgt_mask
-
-        args, kwargs = subject.inputs_for(source, sequence)
-        if _takes_torch_tgt_mask(subject):  # as mask.causal does: torch.nn.Transformer leaves it to the caller
-            kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(sequence.shape[1],
-                                                                                device=subject.device)
-        return args, kwargs
-
-    def shows(self, runs, ex):
-        subject = runs.subject
-        base, other, where, source = self._sequences(subject, ex)
-        base_out = runs.output(("causal", ex.batch, ex.length, ex.seed), *self._inputs(subject, base, source),
-                               f"a forward at batch {ex.batch}, length {ex.length}")
-        other_out = runs.output(
-            ("causal", ex), *self._inputs(subject, other, source),
-            f"a forward at batch {ex.batch}, length {ex.length} with position {ex.position} changed",
-            during=lambda: leakmap.perturbed_embedding(subject.model, other, where, ex.seed))
-        if base_out.dim() < 2 or tuple(base_out.shape[:2]) != (ex.batch, ex.length) \
-                or other_out.shape != base_out.shape:
-            return None
-        earlier = torch.zeros(ex.batch, ex.length, dtype=torch.bool, device=base_out.device)
-        earlier[:, :ex.position] = True
-        judged = earlier & _finite_rows(base_out)
-        if not bool(judged.any()):
-            return None
-        change = torch.where(judged, flow.change_per_position(base_out, other_out),
-                             torch.full(judged.shape, -1.0, dtype=torch.float64, device=judged.device))
-        sample, q = divmod(int(change.argmax()), ex.length)
-        largest = float(change.max())
-        who = f"sample {sample}'s output" if ex.batch > 1 else "output"
-        return Shown(largest, flow.tolerance(torch.where(torch.isfinite(base_out), base_out,
-                                                         torch.zeros_like(base_out))),
-                     f"{who} position {q} changes by {largest:.3g} when position {ex.position} changes")
-
-    def summary(self, ex, shown):
-        return f"still leaks with {ex.describe()}: {shown.detail}"
-
-    def inputs(self, subject, ex):
-        base, other, _, source = self._sequences(subject, ex)
-        out = {"sequence": _tokens_or_shape(base), "changed_to": _tokens_or_shape(other)}
-        if source is not None:
-            out["source"] = _tokens_or_shape(source)
-        return out
-
-
-class PaddingProperty(Property):
-    check, example_type = "mask.padding", PaddingExample
-
-    def strategy(self, subject, finding):
-        from hypothesis import strategies as st
-
-        from tfcheck.model import strategies as tst
-
-        longest = max(2, _longest(finding, "length"))
-
-        @st.composite
-        def examples(draw) -> PaddingExample:
-            b = draw(tst.batch_sizes(1, MAX_BATCH))
-            n = draw(tst.lengths(2, longest))
-            keep = list(draw(st.lists(tst.padding_patterns(n), min_size=b, max_size=b)))
-            if all(all(row) for row in keep):
-                # Padding leaks only where there is some: the simplest draw (no pads) stands for the simplest
-                # padded batch, one pad at the end of the last sample.
-                keep[-1] = (True,) * (n - 1) + (False,)
-            return PaddingExample(b, n, tuple(keep), draw(tst.seeds()))
-
-        return examples()
-
-    def _batch(self, subject, ex: PaddingExample):
-        """(base, other, keep, target): the padded batch and the same with other pad content."""
-        gen = torch.Generator().manual_seed(ex.seed)
-        keep = torch.tensor(ex.keep, dtype=torch.bool).to(subject.device)
-        pads = ~keep
-        real = subject.random_primary(ex.batch, ex.length, gen)
-        pad_id = subject.facts.pad_id
-        features = real.is_floating_point()
-        base = real if features or pad_id is None else torch.where(pads, torch.full_like(real, pad_id), real)
-        # As mask.padding: the pads keep pad_id where it is known (the mask, or positions, may be built from it)
-        # and only their embedding changes; other ids (or features) only where no pad id is known.
-        ids_changed = features or pad_id is None
-        if not ids_changed:
-            other = base
-        elif features:
-            other = torch.where(pads[..., None], torch.randn(base.shape, generator=gen).to(base.device), base)
-        else:
-            other = flow.replace_tokens(subject, base, pads, ex.seed + 1)
-        target = subject.random_primary(ex.batch, ex.length, gen) if _seq2seq(subject) else None
-        return base, other, keep, target
-
-    def _inputs(self, subject, primary, target, keep):
-        from tfcheck.checks.mask.mask_padding import _inputs
-
-        return _inputs(subject, primary, target, keep)
-
-    def shows(self, runs, ex):
-        subject = runs.subject
-        base, other, keep, target = self._batch(subject, ex)
-        what = f"{ex.batch} padded sample(s) of length {ex.length}"
-        base_out = runs.output(("padding", ex), *self._inputs(subject, base, target, keep), what)
-        other_out = runs.output(("padding-changed", ex), *self._inputs(subject, other, target, keep),
-                                f"{what}, their pads changed",
-                                during=lambda: leakmap.perturbed_embedding(subject.model, other, ~keep, ex.seed))
-        out_len = ex.length if target is None else target.shape[1]
-        if base_out.dim() < 2 or tuple(base_out.shape[:2]) != (ex.batch, out_len) or other_out.shape != base_out.shape:
-            return None
-        real = keep if target is None else torch.ones(ex.batch, out_len, dtype=torch.bool, device=keep.device)
-        judged = real.to(base_out.device) & _finite_rows(base_out)
-        if not bool(judged.any()):
-            return None
-        change = torch.where(judged, flow.change_per_position(base_out, other_out),
-                             torch.full(judged.shape, -1.0, dtype=torch.float64, device=judged.device))
-        sample, position = divmod(int(change.argmax()), out_len)
-        largest = float(change.max())
-        who = f"sample {sample}'s" if ex.batch > 1 else "the"
-        side = "decoder output" if target is not None else "real output"
-        return Shown(largest, flow.tolerance(base_out[judged]),
-                     f"{who} {side} at position {position} changes by {largest:.3g} when only the pads' content "
-                     "changes")
-
-    def summary(self, ex, shown):
-        return f"padding leaks with {ex.describe()}: {shown.detail}"
-
-    def inputs(self, subject, ex):
-        base, _, _, target = self._batch(subject, ex)
-        out = {"tokens": _tokens_or_shape(base), "layout": [layout(k) for k in ex.keep]}
-        if target is not None:
-            out["target"] = _tokens_or_shape(target)
-        return out
-
-
-class BatchProperty(Property):
-    check, example_type = "batch.independence", BatchExample
-
-    def strategy(self, subject, finding):
-        from hypothesis import strategies as st
-
-        from tfcheck.model import strategies as tst
-
-        longest = max(1, _longest(finding, "length"))
-
-        @st.composite
-        def examples(draw) -> BatchExample:
-            b = draw(tst.batch_sizes(2, MAX_BATCH + 1))
-            n = draw(tst.lengths(1, longest))
-            return BatchExample(b, n, draw(st.integers(0, b - 1)), draw(tst.seeds()))
-
-        return examples()
-
-    def shows(self, runs, ex):
-        from tfcheck.checks.flow.batch_independence import _change, pick_rows
-
-        subject = runs.subject
-        batch_inputs = subject.make_inputs(ex.batch, ex.length, ex.seed)
-        alone_inputs = pick_rows([batch_inputs], [(0, ex.sample)], ex.batch)
-        together = runs.output(("batch", ex.batch, ex.length, ex.seed), *batch_inputs,
-                               f"a forward at batch {ex.batch}, length {ex.length}")
-        alone = runs.output(("alone", ex), *alone_inputs,
-                            f"sample {ex.sample} of that batch alone (batch 1, length {ex.length})")
-        if together.dim() < 1 or together.shape[0] != ex.batch or alone.shape[0] != 1 \
-                or alone.shape[1:] != together.shape[1:]:
-            return None
-        change = _change(together[ex.sample], alone[0])
-        return Shown(change, flow.tolerance(together),
-                     f"sample {ex.sample}'s output changes by {change:.3g} between running alone and in the batch")
-
-    def summary(self, ex, shown):
-        return f"samples are still not independent with {ex.describe()}: {shown.detail}"
-
-    def inputs(self, subject, ex):
-        args, kwargs = subject.make_inputs(ex.batch, ex.length, ex.seed)
-        first = next(v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor))
-        return {"tokens": _tokens_or_shape(first)}
-
-
-PROPERTIES: dict[str, Property] = {p.check: p for p in (CausalProperty(), PaddingProperty(), BatchProperty())}
-
-
-# ----- replay ---------------------------------------------------------------------------------------
-
-def replay(model_or_spec: Any, check: str, example: dict, **declarations: Any) -> Shown:
-    """Measure one example of ``check`` again (the ``replay`` line of a finding): build the model as
-    ``tfcheck.run_checks`` does, run the example's forwards in eval mode, and return what it showed.
-    The model is left as it was."""
-    from tfcheck.engine.context import CheckContext
-    from tfcheck.engine.runner import load_declared
-    from tfcheck.engine.guard import preserved
-
-    prop = PROPERTIES.get(check)
-    if prop is None:
-        raise UsageError(f"replay: no examples for check {check!r}; checks with minimal examples are: "
-                         f"{', '.join(PROPERTIES)}")
-    ex = prop.example(example)
-    subject = load_declared(model_or_spec, declarations, "replay() argument")
-    ctx = CheckContext(subject)
-    with preserved(subject.model):
-        subject.model.eval()
-        shown = prop.shows(Search(ctx, max_forwards=2, max_seconds=float("inf")), ex)
-    if shown is None:
-        raise UsageError(f"replay: the output of {subject.spec} cannot be read per position for this example")
-    return shown
-
+# ----- the replay line -----------------------------------------------------------------------------
 
 def replay_command(subject, check: str, example: dict) -> str:
     """A shell line that measures the example again; MODEL stands for a model given as an object that no

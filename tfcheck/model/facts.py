@@ -6,8 +6,9 @@ model layer sets facts with :meth:`Facts.set`, which records the source the repo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tfcheck.model.declarations import MaskSpec
 

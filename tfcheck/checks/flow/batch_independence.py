@@ -28,8 +28,72 @@ _LAYOUT = ("view", "reshape", "flatten", "unflatten", "__getitem__", "narrow", "
            "as_strided", "contiguous", "expand")
 
 
+# ----- the minimal example --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchExample:
+    """A batch whose sample ``sample`` is also run alone (batch 1): its output must be the same."""
+
+    batch: int
+    length: int
+    sample: int
+    seed: int
+
+    def describe(self) -> str:
+        return f"batch {self.batch}, length {self.length}"
+
+
+class BatchProperty(shrinking.Property):
+    """A sample run alone and in a batch: the smallest batch, length and sample whose outputs differ."""
+
+    check, example_type = ID, BatchExample
+
+    def strategy(self, subject, finding):
+        from hypothesis import strategies as st
+
+        from tfcheck.model import strategies as tst
+
+        longest = max(1, shrinking.longest_measured(finding, "length"))
+
+        @st.composite
+        def examples(draw) -> BatchExample:
+            b = draw(tst.batch_sizes(2, shrinking.MAX_BATCH + 1))
+            n = draw(tst.lengths(1, longest))
+            return BatchExample(b, n, draw(st.integers(0, b - 1)), draw(tst.seeds()))
+
+        return examples()
+
+    def shows(self, runs, ex):
+        subject = runs.subject
+        batch_inputs = subject.make_inputs(ex.batch, ex.length, ex.seed)
+        alone_inputs = pick_rows([batch_inputs], [(0, ex.sample)], ex.batch)
+        together = runs.output(("batch", ex.batch, ex.length, ex.seed), *batch_inputs,
+                               f"a forward at batch {ex.batch}, length {ex.length}")
+        alone = runs.output(("alone", ex), *alone_inputs,
+                            f"sample {ex.sample} of that batch alone (batch 1, length {ex.length})")
+        if together.dim() < 1 or together.shape[0] != ex.batch or alone.shape[0] != 1 \
+                or alone.shape[1:] != together.shape[1:]:
+            return None
+        change = _change(together[ex.sample], alone[0])
+        return shrinking.Shown(change, tolerance(together), f"sample {ex.sample}'s output changes by {change:.3g} "
+                               "between running alone and in the batch")
+
+    def summary(self, ex, shown):
+        return f"samples are still not independent with {ex.describe()}: {shown.detail}"
+
+    def inputs(self, subject, ex):
+        args, kwargs = subject.make_inputs(ex.batch, ex.length, ex.seed)
+        first = next(v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor))
+        return {"tokens": shrinking.tokens_or_shape(first)}
+
+
+SHRINK = BatchProperty()
+
+
+# ----- the check ------------------------------------------------------------------------------------
+
 @check(ID, "each sample's output depends on that sample only, not on the rest of the batch",
-       rows=(ROW,), order=40, builds_inputs=True)
+       rows=(ROW,), order=40, builds_inputs=True, shrink=SHRINK)
 def batch_independence(ctx) -> list[Finding]:
     """Compare sample 0 with its neighbours replaced, and samples 2 and 1 in a batch of two in reverse order,
     with the standard probe of batch 3: 3 passes (the probe usually reused), 2 more to localise a failure."""
@@ -75,7 +139,7 @@ def batch_independence(ctx) -> list[Finding]:
                "order: the output depends on the sample's index in the batch or on the batch size")
         runs = ((base.args, base.kwargs), 2, PROBE_BATCH), (moved_inputs, 0, 2)
     divergence = localise(ctx, *runs)
-    return [shrinking.with_minimal_example(ctx, _failure(ctx.subject.model, how, divergence, evidence))]
+    return [shrinking.with_minimal_example(ctx, _failure(ctx.subject.model, how, divergence, evidence), SHRINK)]
 
 
 def _per_sample(out: torch.Tensor, batch: int) -> bool:

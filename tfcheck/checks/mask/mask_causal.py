@@ -9,7 +9,6 @@ names the pattern; on a leak one more (recorded) pass of the base row reads the 
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +16,8 @@ import torch.nn as nn
 
 from tfcheck.probe import flow
 from tfcheck.ui import leakmap
+from tfcheck.checks.mask.causal_examples import SHRINK, takes_torch_tgt_mask
+from tfcheck.checks.mask.causal_patterns import PATTERNS, OpClues, largest_change, shape_pattern
 from tfcheck.explainers import shrinking
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
@@ -31,33 +32,6 @@ LENGTHS = (9, 16)
 MAX_PERTURBED = 16
 ROWS = ("inference-worse-than-training", "causal-mask-misaligned", "causal-mask-ineffective",
         "sequence-statistics-leak", "causal-leak")
-
-#: pattern -> (troubleshooting row, what it means)
-PATTERNS = {
-    "no mask at all": ("inference-worse-than-training",
-                       "every position depends on every later one: no causal mask reaches the attention"),
-    "diagonal off by one": ("causal-mask-misaligned",
-                            "position t depends on t+1 only: the mask's diagonal is shifted by one "
-                            "(tril(..., diagonal=1), or triu(..., diagonal=2) for a may-not-attend mask)"),
-    "inverted": ("causal-mask-misaligned",
-                 "the past does not matter but the future does: the mask is inverted (attends only to "
-                 "the future; tril where triu was meant, or a keep mask given where a may-not-attend mask is "
-                 "expected)"),
-    "normalisation leak": ("causal-mask-ineffective",
-                           "the mask is applied after the softmax, so the future still enters the "
-                           "normalising sum"),
-    "float 0/1 mask added": ("causal-mask-ineffective",
-                             "a float 0/1 mask is given to an API that ADDS float masks "
-                             "(F.scaled_dot_product_attention, nn.MultiheadAttention), so it shifts scores by "
-                             "0 or 1 and masks nothing"),
-    "fill value too small": ("causal-mask-ineffective",
-                             "masked scores are filled with a value too small to mask (e.g. -1e-12)"),
-    "statistics over the sequence": ("sequence-statistics-leak",
-                                     "a normalisation or statistic is taken over the sequence axis (e.g. "
-                                     "layer_norm over (s, d)), so every position sees the others"),
-    "partial leak": ("causal-leak", "some positions depend on later ones, in no shape tfcheck recognises"),
-}
-
 
 @dataclass
 class Measurement:
@@ -78,7 +52,7 @@ def _applies(subject) -> str | None:
 
 
 @check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
-       order=40, applies=_applies)
+       order=40, applies=_applies, shrink=SHRINK)
 def mask_causal(ctx) -> list[Finding]:
     """Perturb positions of a random sequence one at a time (token and embedding; every one up to 16, else
     16 spread from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
@@ -101,7 +75,7 @@ def mask_causal(ctx) -> list[Finding]:
         measures.append(m)
     leaking = [m for m in measures if m.judgement.leaked]
     if leaking:
-        return [shrinking.with_minimal_example(ctx, _leak_finding(ctx, leaking[-1], measures))]
+        return [shrinking.with_minimal_example(ctx, _leak_finding(ctx, leaking[-1], measures), SHRINK)]
     if not all(m.judgement.conclusive for m in measures):
         weak = next(m for m in measures if not m.judgement.conclusive)
         return [Finding(ID, Status.SKIP, f"inconclusive: at length {weak.length} perturbing earlier positions "
@@ -167,20 +141,11 @@ def _inputs(subject, sequence: torch.Tensor, seed: int) -> tuple[tuple, dict]:
     source = subject.random_primary(1, n - 2, gen)
     source = source.expand(rows, *source.shape[1:])
     args, kwargs = subject.inputs_for(source, sequence)
-    if _takes_torch_tgt_mask(subject):
+    if takes_torch_tgt_mask(subject):
         # torch.nn.Transformer leaves the causal mask to the caller, as its documentation shows:
         # tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) (float, -inf above the diagonal).
         kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(n, device=subject.device)
     return args, kwargs
-
-
-def _takes_torch_tgt_mask(subject) -> bool:
-    """A seq2seq forward with torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) arguments."""
-    try:
-        params = inspect.signature(subject.model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return "tgt_mask" in params and "tgt_is_causal" in params and params["tgt_mask"].default is None
 
 
 def _dependence(outputs: torch.Tensor, n: int) -> torch.Tensor:
@@ -193,11 +158,6 @@ def _dependence(outputs: torch.Tensor, n: int) -> torch.Tensor:
     finite = torch.isfinite(outputs[0].detach()).reshape(n, -1).all(-1).cpu()
     dep[~finite] = float("nan")
     return dep
-
-
-def _largest(dep: torch.Tensor, where: torch.Tensor) -> float:
-    values = dep[where & ~dep.isnan()]
-    return float(values.max()) if values.numel() else 0.0
 
 
 def _tolerance(reference: torch.Tensor) -> float:
@@ -221,21 +181,21 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     past = torch.ones(n, n, dtype=torch.bool).tril(-1)
     dep = _dependence(out, n)
     tol = _tolerance(out[0])
-    m = Measurement(n, dep, tol, flow.Judgement(_largest(dep, forbidden), tol, _largest(dep, past)))
+    m = Measurement(n, dep, tol, flow.Judgement(largest_change(dep, forbidden), tol, largest_change(dep, past)))
     m.non_finite_positions = [int(q) for q in dep[:, 0].isnan().nonzero().flatten()]
     for path, value in layers:
         if tuple(value.shape[:2]) != (rows, n):
             continue  # an encoder layer (source length), or a layer laid out otherwise
         layer_dep = _dependence(value, n)
         layer_tol = _tolerance(value[0])
-        largest = _largest(layer_dep, forbidden)
+        largest = largest_change(layer_dep, forbidden)
         m.layers.append({"layer": path, "largest_forbidden_change": largest, "tolerance": layer_tol})
         if m.first_layer is None and largest > layer_tol:
             m.first_layer, m.first_layer_map, m.first_layer_tolerance = path, layer_dep, layer_tol
     if m.first_layer is not None and not m.judgement.leaked:
         # Every layer of a causal stack is causal itself: a leak inside one is a leak, even where the
         # output cannot show it (a NaN born in a fully masked row hides every later change).
-        m.judgement = flow.Judgement(max(m.judgement.largest, _largest(m.first_layer_map, forbidden)),
+        m.judgement = flow.Judgement(max(m.judgement.largest, largest_change(m.first_layer_map, forbidden)),
                                      m.first_layer_tolerance, m.judgement.control)
     return m
 
@@ -246,95 +206,12 @@ def _forbidden(n: int) -> torch.Tensor:
 
 # ----- naming the pattern ---------------------------------------------------------------------------
 
-def _shape_pattern(dep: torch.Tensor, tol: float) -> str:
-    """The pattern a one-hop leak map shows (the first leaking layer's, else the output's)."""
-    n = dep.shape[0]
-    forbidden = torch.ones(n, n, dtype=torch.bool).triu(1)
-    past = torch.ones(n, n, dtype=torch.bool).tril(-1)
-    measured = forbidden & ~dep.isnan()  # rows of non-finite outputs say nothing
-    leaked = (dep > tol) & measured
-    offsets = {int(k - q) for q, k in leaked.nonzero().tolist()}
-    fraction = float(leaked.sum()) / max(int(measured.sum()), 1)
-    if offsets == {1}:
-        return "diagonal off by one"
-    if fraction >= 0.5 and _largest(dep, past) <= tol:
-        return "inverted"
-    if fraction >= 0.9:
-        return "no mask at all"
-    return "partial leak"
-
-
-class _OpClues:
-    """What the recorded ops of one forward say about a leak (see ``on_op``)."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.found: dict[str, tuple[str, str | None, int | None, str]] = {}  # pattern -> (op, file, line, detail)
-        self._softmax_calls: set = set()
-        self._masked_before_softmax: set = set()
-
-    def note(self, pattern: str, event, detail: str) -> None:
-        self.found.setdefault(pattern, (event.short_name, event.file, event.line, detail))
-
-    def _square(self, t) -> bool:
-        return isinstance(t, torch.Tensor) and t.dim() >= 2 and tuple(t.shape[-2:]) == (self.n, self.n)
-
-    def on_op(self, event, args, kwargs, out) -> None:
-        name = event.short_name.lower()
-        tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
-        if event.level == "function":
-            self._statistics(event, name, args, kwargs)
-            if "softmax" in name and tensors and self._square(tensors[0]):
-                self._softmax_calls.add(event.call)
-            elif "masked_fill" in name or name in ("where", "mul", "__mul__", "mul_"):
-                if any(self._square(t) for t in tensors):
-                    if event.call in self._softmax_calls and event.call not in self._masked_before_softmax:
-                        self.note("normalisation leak", event, "a mask is applied to the attention weights after "
-                                  "the softmax, and none before it")
-                    elif "masked_fill" in name:
-                        self._masked_before_softmax.add(event.call)
-        if "masked_fill" in name:
-            value = kwargs.get("value", args[2] if len(args) > 2 else None)
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                value = float(value)
-            if isinstance(value, float) and -50 < value < 0 and any(self._square(t) for t in tensors):
-                self.note("fill value too small", event, f"masked_fill with value {value:g}")
-        if any(k in name for k in ("add", "scaled_dot_product_attention", "multi_head_attention_forward", "baddbmm")):
-            for t in tensors:
-                if self._square(t) and t.is_floating_point() and _zero_one(t):
-                    self.note("float 0/1 mask added", event, f"a float 0/1 tensor of shape {tuple(t.shape)} "
-                              f"given to {event.short_name}, which adds it to the scores")
-                    break
-
-    def _statistics(self, event, name: str, args, kwargs) -> None:
-        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if x is None or x.dim() != 3 or x.shape[1] != self.n or x.shape[2] == self.n:
-            return
-        if name in ("layer_norm", "group_norm"):
-            shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
-            if isinstance(shape, (tuple, list, torch.Size)) and len(shape) >= 2:
-                self.note("statistics over the sequence", event, f"layer_norm over {tuple(shape)}, which includes "
-                          "the sequence axis")
-        elif name in ("mean", "var", "std", "sum", "amax", "max", "norm", "var_mean", "std_mean"):
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-            dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-            if any(isinstance(d, int) and d in (1, -2) for d in dims):
-                self.note("statistics over the sequence", event, f"{event.short_name} over dim {dim} of a "
-                          f"{tuple(x.shape)} tensor (the sequence axis)")
-
-
-def _zero_one(t: torch.Tensor) -> bool:
-    values = t.detach()
-    zero, one = values == 0, values == 1
-    return bool((zero | one).all()) and bool(zero.any()) and bool(one.any())
-
-
-def _op_clues(ctx, n: int, seed: int) -> _OpClues:
+def _op_clues(ctx, n: int, seed: int) -> OpClues:
     """Record one forward of the base sequence and read the ops that explain a leak."""
     subject = ctx.subject
     sequence, _ = _perturbed_sequence(ctx, n, seed)
     args, kwargs = _inputs(subject, sequence[:1], seed)
-    clues = _OpClues(n)
+    clues = OpClues(n)
     ctx.record(args, kwargs, f"a recorded forward at length {n}", on_op=clues.on_op)
     return clues
 
@@ -342,9 +219,9 @@ def _op_clues(ctx, n: int, seed: int) -> _OpClues:
 def _pattern(ctx, m: Measurement) -> tuple[str, tuple | None]:
     """The named pattern of a leak, and the op that shows it (if the ops showed it)."""
     if m.first_layer_map is not None:
-        shape = _shape_pattern(m.first_layer_map, m.first_layer_tolerance)
+        shape = shape_pattern(m.first_layer_map, m.first_layer_tolerance)
     else:
-        shape = _shape_pattern(m.output_map, m.tolerance)
+        shape = shape_pattern(m.output_map, m.tolerance)
     if shape not in ("no mask at all", "partial leak"):
         return shape, None
     # Dependence on every later position has several causes; the recorded ops tell them apart.
@@ -373,7 +250,7 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
     notes = []
     if subject.kind == "seq2seq":
         notes.append("the target tokens are perturbed; the source is fixed")
-    if subject.kind == "seq2seq" and _takes_torch_tgt_mask(subject):
+    if subject.kind == "seq2seq" and takes_torch_tgt_mask(subject):
         notes.append("tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) is passed, as torch documents")
     return {
         "lengths": [m.length for m in measures],
@@ -404,7 +281,8 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     pattern, op = _pattern(ctx, m)
     row, meaning = PATTERNS[pattern]
     lm = _leak_map(m)
-    dep = m.output_map if m.judgement.largest == _largest(m.output_map, _forbidden(m.length)) else m.first_layer_map
+    in_output = m.judgement.largest == largest_change(m.output_map, _forbidden(m.length))
+    dep = m.output_map if in_output else m.first_layer_map
     scored = torch.where(_forbidden(m.length), dep.nan_to_num(nan=-1.0), torch.full_like(dep, -1.0))
     q, k = divmod(int(scored.argmax()), m.length)
     where = f" It first appears in layer '{m.first_layer}'." if m.first_layer else ""

@@ -16,11 +16,11 @@ import torch
 
 from tfcheck.probe import flow
 from tfcheck.ui import leakmap
+from tfcheck.checks.mask.padding_examples import SHRINK, layout, padded_inputs
 from tfcheck.explainers import shrinking
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
-from tfcheck.model.subject import forward_params
 
 ID = "mask.padding"
 LENGTH = 10
@@ -50,7 +50,8 @@ def _applies(subject) -> str | None:
 
 
 @check(ID, "real tokens' outputs do not depend on padded positions", rows=ROWS,
-       kinds=("encoder", "decoder", "seq2seq", None), order=41, applies=_applies)
+       kinds=("encoder", "decoder", "seq2seq", None), order=41, applies=_applies,
+       shrink=SHRINK)
 def mask_padding(ctx) -> list[Finding]:
     """Pad three samples differently and change only what sits at the pads (mask unchanged): real
     positions' outputs must stay within float rounding, while changing a real token must change them.
@@ -65,7 +66,7 @@ def mask_padding(ctx) -> list[Finding]:
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
                         "differently (8 positions needed)", evidence={"max_len": n})]
-    return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)))]
+    return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)), SHRINK)]
 
 
 def _mode(subject) -> str:
@@ -140,7 +141,7 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     embedding_where = torch.zeros_like(masks)
     embedding_where[SAMPLES:2 * SAMPLES] = pads
     target = _target(subject, n, rows, gen)
-    args, kwargs = _inputs(subject, primary, target, masks)
+    args, kwargs = padded_inputs(subject, primary, target, masks)
     with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
             leakmap.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
         probe = ctx.run(args, kwargs, f"{SAMPLES} padded samples of length {n}, their pads changed, a real token "
@@ -177,18 +178,6 @@ def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
         return None
     target = subject.random_primary(1, n - 2, gen)
     return target.expand(rows, *target.shape[1:])
-
-
-def _inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
-    args, kwargs = subject.inputs_for(primary, target, keep=keep)
-    mask = subject.facts.mask
-    params = forward_params(subject.model)
-    if mask.argument == "src_key_padding_mask" and "memory_key_padding_mask" in params \
-            and "memory_key_padding_mask" not in kwargs:
-        # torch.nn.Transformer documents both: the source padding is given to the encoder and, as
-        # memory_key_padding_mask, to the decoder's cross-attention.
-        kwargs["memory_key_padding_mask"] = subject.mask_value(keep)
-    return args, kwargs
 
 
 def _right_padding_equivalence(ctx, base, keep, target, padded_out) -> float | None:
@@ -238,9 +227,8 @@ def _judge(ctx, m) -> Finding:
 
 
 def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change: torch.Tensor) -> dict:
-    layout = ["".join("." if k else "_" for k in row.tolist()) for row in m.keep]
     ev = {**judgement.evidence(), "pad_content_change": leak, "right_padding_equivalence_change": m.equivalence,
-          "length": m.n, "layout": layout, "mask_from": m.mode,
+          "length": m.n, "layout": [layout(row.tolist()) for row in m.keep], "mask_from": m.mode,
           "perturbation": ("other token ids at the pads and a random vector added to their embedding"
                            if m.ids_changed else "a random vector added to the pads' embedding (ids stay pad_id)"),
           "embeddings_perturbed": m.perturbed}
@@ -287,7 +275,7 @@ def _mask_axis(ctx, m: _Measured) -> str | None:
     pad_id = subject.facts.pad_id
     tokens = real if pad_id is None or real.is_floating_point() else torch.where(m.keep, real, torch.full_like(real, pad_id))
     target = _target(subject, n, SAMPLES, gen)
-    args, kwargs = _inputs(subject, tokens, target, m.keep)
+    args, kwargs = padded_inputs(subject, tokens, target, m.keep)
     seen: set[str] = set()
 
     def on_op(event, op_args, op_kwargs, out):

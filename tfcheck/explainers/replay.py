@@ -1,0 +1,36 @@
+"""``replay``: measure one minimal example again, the function every printed replay line calls (public
+as ``tfcheck.shrinking.replay``).
+
+Apart from tfcheck.explainers.shrinking because it finds the check's property by loading the battery,
+whose checks import the search: in one module that would be an import cycle.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tfcheck.engine.battery import all_checks
+from tfcheck.engine.context import CheckContext
+from tfcheck.engine.guard import preserved
+from tfcheck.engine.runner import load_declared
+from tfcheck.errors import UsageError
+from tfcheck.explainers.shrinking import Search, Shown
+
+
+def replay(model_or_spec: Any, check: str, example: dict, **declarations: Any) -> Shown:
+    """Measure one example of ``check`` again (the ``replay`` line of a finding): build the model as
+    ``tfcheck.run_checks`` does, run the example's forwards in eval mode, and return what it showed.
+    The model is left as it was."""
+    shrinkable = {c.id: c.shrink for c in all_checks() if c.shrink is not None}
+    prop = shrinkable.get(check)
+    if prop is None:
+        raise UsageError(f"replay: no examples for check {check!r}; checks with minimal examples are: "
+                         f"{', '.join(shrinkable)}")
+    ex = prop.example(example)
+    subject = load_declared(model_or_spec, declarations, "replay() argument")
+    ctx = CheckContext(subject)
+    with preserved(subject.model):
+        subject.model.eval()
+        shown = prop.shows(Search(ctx, max_forwards=2, max_seconds=float("inf")), ex)
+    if shown is None:
+        raise UsageError(f"replay: the output of {subject.spec} cannot be read per position for this example")
+    return shown

@@ -1,0 +1,373 @@
+"""Settling the facts of a model without running it: each rule reads declarations, then the config, then the
+forward signature and the modules, and records where the fact came from (the report's assumptions).
+
+Nothing here looks at the behaviour a check measures: causality, for one, is never guessed from outputs.
+Facts that need a forward (the output's selection, a tutorial-style mask layout) are left for the first
+forward; collection decides its items from these facts alone.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch.nn as nn
+
+from tfcheck.errors import SpecError
+from tfcheck.model import declarations as decl
+from tfcheck.model.inputs import mask_spec
+from tfcheck.model.names import (
+    CAUSAL_MASK_ARGS,
+    CONFIG_NAMES,
+    HF_CLASS_KINDS,
+    HF_FAMILIES,
+    MASK_ARGS,
+    TARGET_ARGS,
+)
+from tfcheck.model.outputs import AUTO
+from tfcheck.model.spec import Loaded, import_target, resolve_attr, split_spec
+from tfcheck.model.structure import (
+    causal_attribute,
+    first_embedding,
+    first_linear,
+    first_width,
+    forward_params,
+    library_of,
+    takes_varargs,
+    torch_batch_first,
+)
+from tfcheck.model.subject import Subject
+from tfcheck.report.report import Assumption
+
+
+def build_subject(loaded: Loaded, declared: dict[str, decl.Declared]) -> Subject:
+    subject = Subject(loaded, declared)
+    resolver = _Resolver(subject)
+    resolver.resolve_all()
+    return subject
+
+
+class _Resolver:
+    """Resolves each fact from declarations, then config, then structure, recording every source."""
+
+    def __init__(self, subject: Subject):
+        self.s = subject
+        self.model = subject.model
+        self.config = getattr(self.model, "config", None)
+        self.params = forward_params(self.model)
+
+    def set(self, key: str, value: Any, source: str, show: bool = True) -> None:
+        self.s.facts.set(key, value, source)
+        if show:
+            self.s.assumptions.append(Assumption(key, value if not callable(value) else callable_name(value), source))
+
+    def declared(self, key: str) -> bool:
+        d = self.s.declared.get(key)
+        if d is None:
+            return False
+        value = d.value
+        if key in ("inputs", "schedule") and isinstance(value, str):
+            target, attr = split_spec(value)
+            value = resolve_attr(import_target(target), target, attr)
+        self.set(key, value, d.source, show=key not in ("accept", "kwargs"))
+        return True
+
+    def resolve_all(self) -> None:
+        if self.s.loaded.filled:
+            self.s.assumptions.append(Assumption(
+                "constructor arguments", {k: brief(v) for k, v in self.s.loaded.filled.items()},
+                "filled by tfcheck with small values (override with the 'kwargs' declaration)"))
+        for key in ("accept", "inputs"):
+            self.declared(key)
+        # Training and precision facts come only from declarations: nothing in a model says them.
+        for key in ("schedule", "warmup_steps", "total_steps", "lr", "precision", "train_steps"):
+            self.declared(key)
+        for key in ("probe_len", "budget_s", "device"):  # run settings, declared or defaulted where used
+            self.declared(key)
+        self.kind()
+        self.from_config("vocab_size")
+        self.from_config("output_vocab_size", fallback=self.s.facts.vocab_size)
+        self.from_config("pad_id", embedding_attr="padding_idx")
+        self.from_config("max_len")
+        self.positions_after_pad()
+        self.from_config("d_model", embedding_attr="embedding_dim")
+        self.causal()
+        self.mask()
+        self.layout()
+        self.call_plan()
+        self.returns()
+        self.output()
+
+    def kind(self) -> None:
+        if self.declared("kind"):
+            return
+        for rule in (self._kind_from_hf_config, self._kind_from_hf_class, self._kind_from_torch_class,
+                     self._kind_from_signature, self._kind_from_causal_attribute, self._kind_from_generate):
+            found = rule()
+            if found is not None:
+                return self.set("kind", *found)
+        if self.config is not None and getattr(self.config, "model_type", None):
+            return self.set("kind", None, f"unknown: config.model_type = {self.config.model_type!r} is no family "
+                            "tfcheck knows and the class name says nothing, so outputs of width d_model or vocab_size "
+                            "are both accepted. Declare kind=decoder for a causal LM, kind=encoder for a bidirectional "
+                            "one (e.g. --set kind=decoder)")
+        self.set("kind", None, "unknown: nothing declares it, so outputs of width d_model or vocab_size are "
+                 "both accepted. Declare kind=encoder|decoder|seq2seq|attention")
+
+    def _kind_from_hf_config(self) -> tuple[str, str] | None:
+        cfg = self.config
+        if cfg is None:
+            return None
+        if getattr(cfg, "is_encoder_decoder", False) is True:
+            return "seq2seq", "config.is_encoder_decoder = True"
+        if getattr(cfg, "is_decoder", False) is True:
+            return "decoder", "config.is_decoder = True"
+        family = HF_FAMILIES.get(str(getattr(cfg, "model_type", "")))
+        if family is not None:
+            return family, f"config.model_type = {cfg.model_type!r} (model family: {family})"
+        return None
+
+    def _kind_from_hf_class(self) -> tuple[str, str] | None:
+        """A Hugging Face model of a family tfcheck does not list: its class name, the config's
+        architectures, then the classes its modeling module defines (a masked-LM head means a bidirectional
+        family; a causal-LM head and no masked-LM one, a decoder-only family)."""
+        if self.config is None:
+            return None
+        cls = type(self.model).__name__
+        for suffix, kind in HF_CLASS_KINDS:
+            if cls.endswith(suffix):
+                return kind, f"Hugging Face class {cls} (*{suffix}: {kind}) with a config"
+        for name in getattr(self.config, "architectures", None) or ():
+            for suffix, kind in HF_CLASS_KINDS:
+                if isinstance(name, str) and name.endswith(suffix):
+                    return kind, f"config.architectures names {name} (*{suffix}: {kind})"
+        module = inspect.getmodule(type(self.model))
+        if module is None or not module.__name__.startswith("transformers."):
+            return None
+        heads = [n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__]
+        masked = sorted(n for n in heads if n.endswith("ForMaskedLM"))
+        causal = sorted(n for n in heads if n.endswith(("ForCausalLM", "LMHeadModel")))
+        if masked:
+            return "encoder", (f"{module.__name__} defines the masked-LM head {masked[0]} (a bidirectional family; "
+                               "config.is_decoder is not set)")
+        if causal:
+            return "decoder", f"{module.__name__} defines the causal-LM head {causal[0]} and no masked-LM head"
+        return None
+
+    def _kind_from_causal_attribute(self) -> tuple[str, str] | None:
+        """A bool ``causal`` on the model or its layer stack (x-transformers' Decoder / Encoder set it)."""
+        found = causal_attribute(self.model)
+        if found is None:
+            return None
+        where, causal = found
+        return ("decoder", f"{where} = True") if causal else ("encoder", f"{where} = False")
+
+    def _kind_from_torch_class(self) -> tuple[str, str] | None:
+        if isinstance(self.model, (nn.TransformerEncoder, nn.TransformerEncoderLayer)):
+            return "encoder", (f"torch.nn.{type(self.model).__name__}: it attends both ways unless its caller "
+                               "passes mask= or is_causal=True, and tfcheck calls it with neither")
+        return None
+
+    def _kind_from_generate(self) -> tuple[str, str] | None:
+        """nanoGPT and minGPT: a token model with its own generate() loop is an autoregressive LM. (Hugging
+        Face's generate comes with every generative head, so their configs decide instead.)"""
+        if library_of(self.model) == "transformers" or not callable(getattr(self.model, "generate", None)):
+            return None
+        if first_embedding(self.model) is None:
+            return None
+        return "decoder", (f"{type(self.model).__name__} has a generate() method (an autoregressive LM, as "
+                           "nanoGPT's GPT). Declare kind=encoder if not")
+
+    def _kind_from_signature(self) -> tuple[str, str] | None:
+        names = set(self.params)
+        if {"query", "key", "value"} <= names:
+            return "attention", "forward takes (query, key, value)"
+        if names & set(TARGET_ARGS):
+            return "seq2seq", f"forward takes a target argument ({sorted(names & set(TARGET_ARGS))[0]})"
+        return None
+
+    def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None) -> None:
+        if key in self.s.declared:
+            self.declared(key)
+            return
+        # x-transformers keeps the width on the layer stack it wraps (TransformerWrapper.attn_layers.dim).
+        holders = ((self.config, "config"), (self.model, "model"),
+                   (getattr(self.model, "attn_layers", None), "model.attn_layers"))
+        for holder, prefix in holders:
+            if holder is None:
+                continue
+            for name in CONFIG_NAMES[key]:
+                value = getattr(holder, name, None)
+                # Sizes are positive and ids non-negative: XLNet's max_position_embeddings is -1 ("no limit").
+                if isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "pad_id" else 1):
+                    return self.set(key, value, f"{prefix}.{name}")
+        if embedding_attr:
+            found = first_embedding(self.model)
+            if found is not None and getattr(found[1], embedding_attr) is not None:
+                return self.set(key, getattr(found[1], embedding_attr),
+                                f"nn.Embedding '{found[0]}'.{embedding_attr}")
+        if key == "d_model" and (width := first_width(self.model)) is not None:
+            return self.set(key, width[1], width[0])
+        if key == "d_model" and self.s.facts.kind == "attention" and (linear := first_linear(self.model)):
+            return self.set(key, linear[1].in_features, f"nn.Linear '{linear[0]}'.in_features (the first "
+                            "projection of the query)")
+        if key == "vocab_size":
+            found = first_embedding(self.model)
+            if found is not None:
+                return self.set(key, found[1].num_embeddings, f"nn.Embedding '{found[0]}'.num_embeddings")
+        if fallback is not None:
+            return self.set(key, fallback, "same as vocab_size", show=False)
+        self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
+
+    def positions_after_pad(self) -> None:
+        """A position table with a padding_idx numbers real positions from padding_idx + 1 (RoBERTa and its
+        kin), so a table of max_position_embeddings rows holds that many fewer positions."""
+        max_len = self.s.facts.max_len
+        if max_len is None or "max_len" in self.s.declared:
+            return
+        for name, module in self.model.named_modules():
+            if (isinstance(module, nn.Embedding) and name.split(".")[-1] in ("position_embeddings", "embed_positions")
+                    and module.num_embeddings == max_len and module.padding_idx is not None):
+                usable, read_from = max_len - module.padding_idx - 1, self.s.source_of("max_len")
+                self.s.assumptions[:] = [a for a in self.s.assumptions if a.key != "max_len"]
+                return self.set("max_len", usable, f"{read_from} - {module.padding_idx} - 1: nn.Embedding '{name}' "
+                                f"has padding_idx={module.padding_idx}, so positions count from "
+                                f"{module.padding_idx + 1}")
+
+    def causal(self) -> None:
+        if self.declared("causal"):
+            return
+        found = causal_attribute(self.model)
+        if found is not None and "kind" not in self.s.declared:  # a declared kind outranks what the model says
+            return self.set("causal", found[1], found[0])
+        kind = self.s.facts.kind
+        if kind in ("decoder", "seq2seq"):
+            return self.set("causal", True, f"kind={kind}" + (" (the decoder side)" if kind == "seq2seq" else ""))
+        if kind == "encoder":
+            return self.set("causal", False, "kind=encoder")
+        self.set("causal", None, "unknown: declare causal=true or causal=false")
+
+    def mask(self) -> None:
+        if self.declared("mask"):
+            return
+        for name in self.params:
+            if name in ("attention_mask",):
+                return self.set("mask", decl.MaskSpec(name, "keep"), "forward argument named attention_mask "
+                                "(Hugging Face convention: 1 = real token, given as int64 as tokenizers return it)")
+            if name in ("src_key_padding_mask", "key_padding_mask"):
+                return self.set("mask", decl.MaskSpec(name, "pad"),
+                                f"forward argument named {name} (torch convention: True = padding)")
+        if "mask" in self.params and library_of(self.model) == "x_transformers":
+            return self.set("mask", decl.MaskSpec("mask", "keep"), "x-transformers' forward(x, mask=None): a bool "
+                            "keep mask (True = attend)")
+        for name in self.params:
+            if name in MASK_ARGS:
+                return self.set("mask", decl.MaskSpec(name, "keep"),
+                                f"forward argument named {name}; convention unknown, assumed keep "
+                                f"(True = real token, given as bool, laid out (batch, length) unless that raises). "
+                                f"Declare mask={name}:pad or {name}:additive if not")
+        self.set("mask", decl.MaskSpec(None, "none"), "no mask argument in forward")
+
+    def layout(self) -> None:
+        """Whether the model takes (length, batch, d): torch's own Transformer modules say it in batch_first."""
+        found = torch_batch_first(self.model)
+        if found is None:
+            return
+        batch_first, where = found
+        self.s.facts.batch_first = batch_first
+        if not batch_first:
+            self.s.assumptions.append(Assumption(
+                "layout", "(length, batch, d_model)", f"{where} = False (torch's default); tfcheck transposes the "
+                "inputs it builds and the output it reads, and reports shapes as (batch, length, ...)"))
+
+    def returns(self) -> None:
+        """Logits or hidden states, where the model says so itself (x-transformers' ``to_logits`` head)."""
+        if not hasattr(self.model, "to_logits") or "output" in self.s.declared:
+            return
+        head = self.model.to_logits
+        if head is None:
+            self.set("returns", "hidden states", "model.to_logits is None (no LM head)")
+        elif isinstance(head, nn.Module):
+            self.set("returns", "logits", f"model.to_logits is a {type(head).__name__} (an LM head)")
+
+    def call_plan(self) -> None:
+        """Which forward parameters get which probe tensor: (name or None for positional, role)."""
+        if self.s.facts.inputs is not None or self.s.facts.kind == "attention":
+            self.s.facts.call_plan = []
+            if self.s.facts.kind == "attention" and self.s.facts.d_model is None:
+                raise SpecError(f"{self.s.spec} is an attention module but its width is unknown: declare d_model=INT")
+            return
+        features = first_embedding(self.model) is None
+        if features and self.s.facts.d_model is None:
+            raise SpecError(
+                f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
+                "d_model=INT, or declare inputs=module:factory to build its inputs")
+        self.s.facts.takes_features = features
+        if features:
+            self.s.assumptions.append(Assumption(
+                "inputs", "float features (batch, length, d_model)",
+                "the model has no nn.Embedding (declare inputs=module:factory if not)"))
+        plan: list[tuple[str | None, str]] = []
+        mask = mask_spec(self.s)
+        params = list(self.params.items())
+        for i, (name, param) in enumerate(params):
+            required = param.default is inspect.Parameter.empty
+            positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and all(
+                p.default is inspect.Parameter.empty for _, p in params[:i])
+            slot = None if positional else name
+            if i == 0:
+                plan.append((slot, "features" if features else "tokens"))
+            elif name in TARGET_ARGS or (self.s.facts.kind == "seq2seq" and i == 1 and required):
+                plan.append((slot, "target_features" if features else "target_tokens"))
+            elif required and name == mask.argument:
+                plan.append((slot, "mask"))
+            elif required and name in CAUSAL_MASK_ARGS:
+                plan.append((slot, "causal_mask"))
+                self.s.assumptions.append(Assumption(
+                    name, "the causal keep mask (True on and below the diagonal)", f"forward requires {name} (the "
+                    "tutorial style: the caller builds the look-ahead mask); given in the padding mask's convention "
+                    "and layout"))
+            elif name == "tgt_mask" and "tgt_is_causal" in self.params and not required:
+                plan.append((name, "torch_causal_mask"))
+                self.s.assumptions.append(Assumption(
+                    name, "nn.Transformer.generate_square_subsequent_mask(t)", "forward takes (tgt_mask=None, "
+                    "tgt_is_causal=None) as torch.nn.Transformer does, whose decoder is causal only when the caller "
+                    "passes the mask, as torch documents"))
+            elif name == "targets" and not features and self.s.facts.kind in ("decoder", None):
+                # nanoGPT's forward(idx, targets=None) returns only the last position's logits without
+                # targets (its generation shortcut): give the inputs as targets to get every position.
+                plan.append((name, "lm_targets"))
+                self.s.assumptions.append(Assumption(
+                    "targets", "the input tokens", "forward takes targets=None (nanoGPT convention: without "
+                    "targets only the last position's logits come back)"))
+            elif required:
+                raise SpecError(
+                    f"{self.s.spec}.forward requires argument {name!r}, which tfcheck cannot build. Declare "
+                    f"inputs=module:factory (fn(batch, length) -> (args, kwargs)), or mask={name}:keep if it is "
+                    "the padding mask.")
+        if not plan and takes_varargs(self.model):
+            # forward(*args): the inputs go in positionally, as a wrapper would pass them on.
+            plan.append((None, "features" if features else "tokens"))
+        if not plan:
+            raise SpecError(f"{self.s.spec}.forward takes no arguments; declare inputs=module:factory")
+        self.s.facts.call_plan = plan
+
+    def output(self) -> None:
+        if self.declared("output"):
+            return
+        self.set("output", AUTO, "inferred from the first forward's return value", show=False)
+
+
+def callable_name(fn: Any) -> str:
+    """A declared factory as the report shows it: its name, never a repr with a memory address (the report
+    must be the same in every process, for one, in each pytest-xdist worker)."""
+    if isinstance(fn, functools.partial):
+        args = [repr(a) for a in fn.args] + [f"{k}={v!r}" for k, v in fn.keywords.items()]
+        return f"{callable_name(fn.func)}({', '.join(args)})"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}:{name}" if module else name
+
+
+def brief(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str, bool, type(None))) else type(v).__name__ + "(small sizes)"

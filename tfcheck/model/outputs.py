@@ -1,0 +1,103 @@
+"""Reading a forward's return value: which tensor is the output (declared, or settled from the structure of
+the first return value, never from its values), and which last dimensions it may have."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from tfcheck.errors import UsageError
+from tfcheck.report.report import Assumption
+
+if TYPE_CHECKING:
+    from tfcheck.model.subject import Subject
+
+#: The value of the ``output`` fact until a return value has been seen.
+AUTO = "auto"
+
+
+def infer_output(subject: Subject, raw: Any) -> None:
+    """Settle output='auto' from a forward's return value (the structure, not the values)."""
+    if subject.facts.output != AUTO:
+        return
+    how, why = output_of(raw)
+    subject.facts.output = how
+    subject.assumptions.append(Assumption("output", how, why))
+
+
+def output_of(raw: Any) -> tuple[str | int, str]:
+    """How to select the output tensor of a return value like ``raw``, and why."""
+    if isinstance(raw, torch.Tensor):
+        return "tensor", "forward returns a tensor"
+    for name in ("logits", "last_hidden_state"):
+        if (isinstance(raw, dict) and isinstance(raw.get(name), torch.Tensor)) or \
+                isinstance(getattr(raw, name, None), torch.Tensor):
+            return name, f"forward returns an object with {name!r}"
+    if isinstance(raw, (tuple, list)):
+        for i, v in enumerate(raw):
+            if isinstance(v, torch.Tensor):
+                return i, f"first tensor of the returned {type(raw).__name__} (declare output=INDEX if not)"
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            if isinstance(v, torch.Tensor) and isinstance(k, str):
+                return k, "first tensor value of the returned dict (declare output=KEY if not)"
+    raise UsageError(
+        f"the model returned a {type(raw).__name__} with no tensor tfcheck can find; declare 'output' (a tuple "
+        "index or a key/attribute name of the output tensor)")
+
+
+def select_output(raw: Any, how: str | int) -> Any:
+    if how == "tensor":
+        return raw
+    if isinstance(how, int):
+        return raw[how]
+    if isinstance(raw, dict) and how in raw:
+        return raw[how]
+    if hasattr(raw, how):
+        return getattr(raw, how)
+    raise UsageError(f"the model's output has no key or attribute {how!r}; declare 'output' to select another")
+
+
+def extract_output(subject: Subject, raw: Any) -> torch.Tensor:
+    """The output tensor of a forward's return value, as declared or inferred, (batch, length, ...)."""
+    infer_output(subject, raw)
+    how = subject.facts.output
+    if how is None:
+        raise UsageError(f"no output selection for {subject.spec}; declare 'output' (a tuple index or a key)")
+    value = select_output(raw, how)
+    if not isinstance(value, torch.Tensor):
+        raise UsageError(
+            f"the output selected by output={how!r} is a {type(value).__name__}, not a tensor. Declare "
+            "'output' as the tuple index or the key/attribute of the output tensor (e.g. output=logits)."
+        )
+    if subject.facts.batch_first is False and value.dim() >= 2:
+        return value.transpose(0, 1)
+    return value
+
+
+def expected_last_dims(subject: Subject) -> tuple[tuple[int, ...], str]:
+    """The last dimensions the output may have (empty: any), and why."""
+    facts = subject.facts
+    named = facts.output
+    d_model, vocab = facts.d_model, facts.output_vocab_size
+    kind = subject.kind
+    if named in ("logits", "lm_logits"):
+        return known(vocab), "vocab_size (the output is named logits)"
+    if named in ("last_hidden_state", "hidden_states", "encoder_last_hidden_state"):
+        return known(d_model), "d_model (the output is named last_hidden_state)"
+    if facts.returns == "logits":
+        return known(vocab), f"vocab_size ({subject.source_of('returns')})"
+    if facts.returns == "hidden states":
+        return known(d_model), f"d_model ({subject.source_of('returns')})"
+    if facts.takes_features:
+        return known(d_model), "d_model (the model takes features, not token ids)"
+    if kind in ("decoder", "seq2seq"):
+        return known(vocab), f"vocab_size (kind={kind} outputs logits)"
+    if kind in ("encoder", "attention"):
+        return known(d_model), f"d_model (kind={kind} outputs hidden states)"
+    # Unknown kind: hidden states and logits are both legitimate; judging one would be a false alarm.
+    return known(d_model, vocab), "d_model or vocab_size (kind unknown; declare kind to pin it)"
+
+
+def known(*values: int | None) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(v for v in values if v is not None))

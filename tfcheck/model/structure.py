@@ -1,0 +1,83 @@
+"""Reading a model without running it: its forward signature, the modules it holds, the library it comes
+from. The inference rules and the checks ask these questions; none of them calls the model."""
+from __future__ import annotations
+
+import inspect
+
+import torch.nn as nn
+
+#: torch.nn modules whose own attribute says their layout: (batch, length, d) or, torch's default, (length, batch, d).
+TORCH_LAYOUT_CLASSES = (nn.MultiheadAttention, nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder,
+                        nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
+    """The named parameters of ``model.forward`` (no ``*args`` / ``**kwargs``); empty when unreadable."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return {}
+    return {n: p for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def takes_varargs(model: nn.Module) -> bool:
+    try:
+        return any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+
+
+def library_of(model: nn.Module) -> str | None:
+    """The top-level package that defines the model's class (``transformers``, ``x_transformers``, ...)."""
+    module = inspect.getmodule(type(model))
+    return module.__name__.split(".")[0] if module is not None else None
+
+
+def first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding):
+            return name, module
+    return None
+
+
+def first_width(model: nn.Module) -> tuple[str, int] | None:
+    """The model width read off its first attention or LayerNorm, for models without embeddings."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.MultiheadAttention):
+            return f"nn.MultiheadAttention '{name}'.embed_dim", module.embed_dim
+        if isinstance(module, nn.LayerNorm) and module.normalized_shape:
+            return f"nn.LayerNorm '{name}'.normalized_shape", module.normalized_shape[-1]
+    return None
+
+
+def first_linear(model: nn.Module) -> tuple[str, nn.Linear] | None:
+    return next(((n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)), None)
+
+
+def causal_attribute(model: nn.Module) -> tuple[str, bool] | None:
+    """A bool ``causal`` on the model, or on the layer stack it wraps (x-transformers' ``attn_layers``)."""
+    for path in ("", "attn_layers"):
+        holder = getattr(model, path, None) if path else model
+        value = getattr(holder, "causal", None) if holder is not None else None
+        if isinstance(value, bool):
+            return f"model.{path + '.' if path else ''}causal", value
+    return None
+
+
+def torch_batch_first(model: nn.Module) -> tuple[bool, str] | None:
+    """batch_first of a torch.nn Transformer module given as the model itself, and where it was read."""
+    if not isinstance(model, TORCH_LAYOUT_CLASSES):
+        return None
+    name = type(model).__name__
+    if isinstance(model, (nn.MultiheadAttention, nn.Transformer)):
+        return bool(model.batch_first), f"torch.nn.{name}.batch_first"
+    layer = model.layers[0] if isinstance(model, (nn.TransformerEncoder, nn.TransformerDecoder)) else model
+    prefix = "layers[0]." if layer is not model else ""
+    return bool(layer.self_attn.batch_first), f"torch.nn.{name}.{prefix}self_attn.batch_first"
+
+
+def takes_torch_tgt_mask(model: nn.Module) -> bool:
+    """A forward with torch.nn.Transformer's optional (tgt_mask=None, tgt_is_causal) arguments: its decoder
+    is causal only when the caller passes the mask, as torch documents."""
+    params = forward_params(model)
+    return "tgt_mask" in params and "tgt_is_causal" in params and params["tgt_mask"].default is None
