@@ -10,6 +10,8 @@ import random
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -266,6 +268,43 @@ def test_a_real_ctrl_c_still_interrupts_a_check():
             _thread.interrupt_main()  # what Ctrl-C does: SIGINT's handler runs in the main thread
             for _ in range(1000):
                 time.sleep(0.001)
+
+
+CTRL_C_AFTER_DEADLINE = """
+import os, signal, sys, threading, time
+import torch
+from tfcheck.engine.budget import time_budget
+threading.Timer(0.6, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # Ctrl-C, after the deadline
+start = time.monotonic()
+try:
+    with time_budget(0.2):
+        time.sleep(3)  # one long call: the deadline passes inside it, the wake-up waits for it to return
+        torch.zeros(1) + 1
+except KeyboardInterrupt:
+    print("interrupted after %.2f s" % (time.monotonic() - start))
+    sys.exit(130)
+print("not interrupted")
+"""
+
+
+def test_ctrl_c_after_a_deadline_is_the_users_at_once():
+    # The budget's wake-up shared SIGINT's handler: the first Ctrl-C after the deadline was taken for it.
+    done = subprocess.run([sys.executable, "-c", CTRL_C_AFTER_DEADLINE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert float(done.stdout.split()[2]) < 2.5  # the sleep was cut short by the first Ctrl-C
+
+
+@pytest.mark.parametrize("budget_s", [float("inf"), 1e300])
+def test_an_infinite_budget_means_no_budget(budget_s):
+    with time_budget(budget_s):
+        assert not _get_current_function_mode_stack()
+        assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
+
+
+def test_the_budget_never_installs_a_sigint_handler():
+    handler = signal.getsignal(signal.SIGINT)
+    with time_budget(10):
+        assert signal.getsignal(signal.SIGINT) is handler
 
 
 # ----- devices ------------------------------------------------------------------------------------------

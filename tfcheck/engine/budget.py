@@ -4,9 +4,13 @@ The deadline is a ``TorchFunctionMode`` (``Deadline``): once engaged, every torc
 forward, a check's own tensor arithmetic, each step of a training loop) raises ``BudgetExceeded``. A mode
 on the stack costs a Python call per torch operation (about 2 µs: a quarter of the time of the reference
 LM's battery), so in the main thread it is not engaged until the budget is spent: a watchdog thread wakes at
-the deadline and has the main thread insert the mode, through the SIGINT handler (a real Ctrl-C still
-reaches the previous handler). Outside the main thread, where Python runs no signal handler, the mode
-is engaged from the start and compares the clock at every call.
+the deadline and has the main thread insert the mode, through a handler of tfcheck's own on an otherwise
+unused real-time signal (``_thread.interrupt_main(WAKE_SIGNAL)`` simulates it: nothing is sent to the process).
+SIGINT is never touched, so Ctrl-C stays the user's at every moment, before and after a deadline. Where
+the main thread cannot be signalled (another thread, no real-time signals on the platform, the signal already
+in use), the mode is engaged from the start and compares the clock at every call.
+
+A budget of ``inf`` (or one longer than a thread can wait) means no budget.
 
 What no deadline between operations can stop: a single call that never returns (a sleep, a C loop, a
 pure-Python loop without torch operations) runs until it returns; the next torch operation then raises.
@@ -28,6 +32,9 @@ from torch.overrides import TorchFunctionMode
 DEFAULT_BUDGET_S = 120.0
 #: How long leaving a budget waits for a watchdog wake-up already on its way to the main thread.
 _DRAIN_S = 1.0
+#: The signal whose handler engages a passed deadline: a real-time signal near the top of the range (glibc and
+#: threading libraries take the bottom ones; SIGUSR1/SIGUSR2 belong to SLURM, Lightning and friends).
+WAKE_SIGNAL = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") else None
 
 
 class BudgetExceeded(BaseException):
@@ -64,11 +71,14 @@ def time_budget(budget_s: float | None) -> Iterator[Deadline]:
     call after it raises BudgetExceeded. Leaves no mode or handler behind (the one alarm thread of the
     process stays, asleep, for the next budget)."""
     deadline = Deadline(DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
-    watchdog = _Watchdog(deadline) if threading.current_thread() is threading.main_thread() else None
+    if not deadline.budget_s < threading.TIMEOUT_MAX:  # inf, nan or longer than a thread can wait: no budget
+        yield deadline
+        return
+    watchdog = _Watchdog(deadline) if _can_wake_main_thread() else None
     try:
         if watchdog is not None:
             watchdog.__enter__()
-    except (ValueError, RuntimeError):  # no signal handler here (a subinterpreter), or no thread could start
+    except (ValueError, RuntimeError, OSError):  # no handler here (a subinterpreter), or no thread could start
         watchdog = None
     if watchdog is None:
         with deadline:
@@ -80,13 +90,21 @@ def time_budget(budget_s: float | None) -> Iterator[Deadline]:
         watchdog.__exit__()
 
 
+def _can_wake_main_thread() -> bool:
+    """In the main thread, with a real-time signal nobody else handles (a nested budget's own handler is ours)."""
+    if WAKE_SIGNAL is None or threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(WAKE_SIGNAL)
+    return current in (signal.SIG_DFL, None) or isinstance(getattr(current, "__self__", None), _Watchdog)
+
+
 class _Watchdog:
     """Engages a Deadline in the main thread when it passes, at no cost per operation before that.
 
-    The alarm thread cannot touch the main thread's mode stack (it is thread-local), so it trips SIGINT
-    with ``_thread.interrupt_main`` (no signal is sent to the process), and the handler, which Python runs
-    in the main thread between two bytecodes, inserts the Deadline at the depth the stack had when the
-    budget began: modes entered since (the recorder's) stay above it and leave in order.
+    The alarm thread cannot touch the main thread's mode stack (it is thread-local), so it trips
+    WAKE_SIGNAL with ``_thread.interrupt_main`` (no signal is sent to the process), and the handler, which
+    Python runs in the main thread between two bytecodes, inserts the Deadline at the depth the stack had
+    when the budget began: modes entered since (the recorder's) stay above it and leave in order.
     """
 
     def __init__(self, deadline: Deadline):
@@ -96,11 +114,11 @@ class _Watchdog:
         self.previous = None
 
     def __enter__(self) -> "_Watchdog":
-        self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        self.previous = signal.signal(WAKE_SIGNAL, self._on_wake)
         try:
             _ALARM.arm(self)
-        except BaseException:  # the alarm thread could not start: put the caller's handler back
-            signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+        except BaseException:  # the alarm thread could not start: put the previous handler back
+            signal.signal(WAKE_SIGNAL, signal.SIG_DFL if self.previous is None else self.previous)
             raise
         return self
 
@@ -109,31 +127,28 @@ class _Watchdog:
         self.closed = True
         if self.fired:
             # The wake-up is on its way: let this handler take it rather than the previous one, which
-            # would turn it into a KeyboardInterrupt.
+            # (SIG_DFL on a real-time signal) would end the process.
             give_up = time.monotonic() + _DRAIN_S
             while not self.handled and time.monotonic() < give_up:
                 time.sleep(0.001)
         # None: a handler not installed from Python; SIG_DFL is the nearest thing to put back.
-        signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+        signal.signal(WAKE_SIGNAL, signal.SIG_DFL if self.previous is None else self.previous)
         if self.engaged:
             _remove_mode(self.deadline)
 
     def fire(self) -> None:  # in the alarm thread
         self.fired = True
-        _thread.interrupt_main(signal.SIGINT)
+        _thread.interrupt_main(WAKE_SIGNAL)
 
-    def _on_sigint(self, signum, frame) -> None:  # in the main thread
+    def _on_wake(self, signum, frame) -> None:  # in the main thread
         if self.fired and not self.handled:
             self.handled = True
             if not self.closed:
                 _insert_mode(self.deadline, self.depth)
                 self.engaged = True
             return
-        previous = self.previous
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
+        if callable(self.previous):  # an outer budget's wake-up, delivered while this one is armed
+            self.previous(signum, frame)
 
 
 class _Alarm:
