@@ -14,12 +14,14 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.modules.module as module_globals
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -36,6 +38,12 @@ CUDA = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parent.parent
 
 
+HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+              "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+              "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
 def snapshot(model: nn.Module) -> dict:
     return {
         "state": {k: v.clone() for k, v in model.state_dict(keep_vars=False).items()},
@@ -43,11 +51,21 @@ def snapshot(model: nn.Module) -> dict:
         "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
         "modes": [m.training for m in model.modules()],
         "requires_grad": [p.requires_grad for p in model.parameters()],
-        "hooks": sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
-                     for m in model.modules()),
+        "tree": [(kind, name, id(obj)) for kind, named in (("module", model.named_modules()),
+                                                            ("parameter", model.named_parameters()),
+                                                            ("buffer", model.named_buffers())) for name, obj in named],
+        "attributes": [(path, k, id(v)) for path, m in model.named_modules() for k, v in vars(m).items()
+                       if isinstance(v, torch.Tensor)],
+        "hooks": [(path, d, list(getattr(m, d, {}) or {})) for path, m in model.named_modules() for d in HOOK_DICTS]
+        + [(name, a, list(getattr(p, a, None) or {})) for name, p in model.named_parameters() for a in TENSOR_HOOKS]
+        + [(name, list(getattr(module_globals, name))) for name in dir(module_globals)
+           if name.startswith("_global_") and "hooks" in name],
         "process": (torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled(),
                     len(_get_current_function_mode_stack()), _get_current_dispatch_mode(),
-                    torch._C._len_torch_dispatch_stack(), torch.get_num_threads(), signal.getsignal(signal.SIGINT)),
+                    torch._C._len_torch_dispatch_stack(), torch.get_num_threads(), signal.getsignal(signal.SIGINT),
+                    torch.backends.cudnn.benchmark, torch.backends.mkldnn.enabled,
+                    torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled(),
+                    torch.get_default_device(), list(warnings.filters), os.getcwd(), list(sys.path)),
         "rng": (torch.get_rng_state().clone(), random.getstate(), np.random.get_state()[1].copy()),
         "cuda_rng": torch.cuda.get_rng_state_all() if CUDA and torch.cuda.is_initialized() else None,
     }
@@ -59,7 +77,7 @@ def assert_same(before: dict, after: dict, where: str = "") -> None:
     assert before["tensors"] == after["tensors"], where  # the same tensors, on the same devices, same storage
     assert all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
                for a, b in zip(before["grads"], after["grads"])), where
-    for key in ("modes", "requires_grad", "hooks", "process"):
+    for key in ("tree", "attributes", "modes", "requires_grad", "hooks", "process"):
         assert before[key] == after[key], f"{key} {where}"
     assert torch.equal(before["rng"][0], after["rng"][0]) and before["rng"][1] == after["rng"][1], where
     assert np.array_equal(before["rng"][2], after["rng"][2]), where
@@ -90,7 +108,11 @@ def after_every_check(monkeypatch):
     lambda: broken.CausalMaskHidesDiagonal(),         # NaN everywhere
     lambda: __import__("zoo").MutatesItself(),        # writes its weights and buffers, flips its mode
     lambda: LeavesModesBehind(),                      # enters a torch function mode and never leaves it
-], ids=["reference-lm-train-mode", "raises-mid-forward", "nan-output", "mutates-itself", "leaves-modes-behind"])
+    lambda: ReassignsState(),                         # new buffer, parameter, storage, submodule, cache tensor
+    lambda: HooksEverywhere(),                        # global, state-dict, tensor and kwargs hooks, each forward
+    lambda: ChangesProcessState(),                    # backend flags, precision, warning filters, sys.path
+], ids=["reference-lm-train-mode", "raises-mid-forward", "nan-output", "mutates-itself", "leaves-modes-behind",
+        "reassigns-state", "hooks-everywhere", "changes-process-state"])
 def test_every_check_leaves_model_and_process_as_they_were(make, after_every_check):
     model = make()
     for p in list(model.parameters())[:2]:
@@ -114,6 +136,55 @@ class LeavesModesBehind(nn.Module):
     def forward(self, input_ids):
         torch.overrides.TorchFunctionMode().__enter__()
         return self.head(self.embed(input_ids))
+
+
+class _TinyLM(nn.Module):
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+        self.register_buffer("step", torch.zeros(()))
+        self.cache = None
+
+    def logits(self, input_ids):
+        return self.head(self.embed(input_ids))
+
+
+class ReassignsState(_TinyLM):
+    """Reassigns rather than writes in place: what a copy of the values cannot undo."""
+
+    def forward(self, input_ids):
+        self.step = self.step + 1                                   # a new buffer tensor
+        self.head.bias = nn.Parameter(self.head.bias.detach() + 0)  # a new Parameter object
+        self.embed.weight.data = self.embed.weight.data.clone()     # new storage under the same Parameter
+        self.extra = nn.Identity()                                  # a submodule added by forward
+        out = self.logits(input_ids)
+        self.cache = out.detach()                                   # a plain tensor attribute (a KV cache)
+        return out
+
+
+class HooksEverywhere(_TinyLM):
+    def forward(self, input_ids):
+        nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+        nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+        self.register_state_dict_pre_hook(lambda *a, **k: None)
+        self.register_load_state_dict_post_hook(lambda *a, **k: None)
+        self.head.register_forward_hook(lambda *a, **k: None, with_kwargs=True, always_call=True)
+        if self.head.weight.requires_grad:
+            self.head.weight.register_hook(lambda grad: grad)
+            self.head.weight.register_post_accumulate_grad_hook(lambda p: None)
+        return self.logits(input_ids)
+
+
+class ChangesProcessState(_TinyLM):
+    def forward(self, input_ids):
+        torch.backends.cudnn.benchmark = True
+        torch.backends.mkldnn.enabled = False
+        torch.set_float32_matmul_precision("medium")
+        warnings.simplefilter("ignore")  # would silence tfcheck's warnings and -W error
+        sys.path.append("/nonexistent-added-by-the-model")
+        return self.logits(input_ids)
 
 
 def test_the_same_model_gives_the_same_report():

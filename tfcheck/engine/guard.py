@@ -1,18 +1,29 @@
-"""Leave the model exactly as it was: parameters, buffers, gradients, train/eval mode, requires_grad,
-hooks, the random number generators (CPU and CUDA) and torch's process-wide settings and modes are
-restored after every check, whatever the check or the model did. ``placed_on`` runs a check on another
-device and puts every tensor back where it was."""
+"""Leave the model exactly as it was: the module tree, parameters and buffers (the objects themselves, their
+storage and their values), plain tensor attributes, gradients, train/eval mode, requires_grad, hooks of every
+kind (module, tensor and global), the random number generators (CPU and CUDA) and torch's process-wide
+settings and modes are restored after every check, whatever the check or the model did. ``placed_on`` runs a
+check on another device and puts every tensor back where it was."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import sys
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
+import torch.nn.modules.module as module_globals
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-               "_state_dict_hooks", "_load_state_dict_pre_hooks")
+#: Every per-module hook registry of nn.Module (the with_kwargs / always_call sets are keyed by hook id).
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+#: The process-wide hook registries of torch.nn.modules.module (register_module_forward_hook and friends).
+_GLOBAL_HOOK_DICTS = tuple(name for name in dir(module_globals) if name.startswith("_global_") and "hooks" in name)
+#: Hook registries on a tensor (register_hook, register_post_accumulate_grad_hook).
+_TENSOR_HOOK_ATTRS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 
 
 class Baseline:
@@ -30,6 +41,7 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     writes its own weights in place is then reported (the names are yielded in the list, filled on exit)
     instead of undone."""
     modes = [(m, m.training) for m in model.modules()]
+    tree = _Tree(model)
     params = list(model.named_parameters())
     flags = [(p, p.requires_grad, p.grad) for _, p in params]
     if baseline is not None:
@@ -41,11 +53,13 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     buffers = [(b, baseline.values[id(b)] if baseline is not None and id(b) in baseline.values else b.detach().clone())
                for _, b in model.named_buffers()]
     hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
+    tensor_hooks = [(p, {a: _copied(getattr(p, a, None)) for a in _TENSOR_HOOK_ATTRS}) for _, p in params]
     process = _ProcessState()
     try:
         yield written
     finally:
         process.restore()
+        tree.restore()  # first: the checks below must find the model's own parameter and buffer objects
         with torch.no_grad():
             for name, p in params:
                 if id(p) in values:
@@ -66,10 +80,58 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
             m.training = training
         for m, saved_hooks in hooks:
             for d, entries in saved_hooks.items():
-                current = getattr(m, d, None)
-                if current is not None and dict(current) != entries:
-                    current.clear()
-                    current.update(entries)
+                _put_back(getattr(m, d, None), entries)
+        for p, saved_hooks in tensor_hooks:
+            for attr, entries in saved_hooks.items():
+                current = getattr(p, attr, None)
+                if entries is None and current:
+                    setattr(p, attr, None)
+                else:
+                    _put_back(current, entries)
+
+
+def _copied(hooks: Any) -> dict | None:
+    return None if hooks is None else dict(hooks)
+
+
+def _put_back(current: Any, entries: dict | None) -> None:
+    """A hook registry (an OrderedDict keyed by handle id) back to its saved entries, in place."""
+    if current is not None and entries is not None and dict(current) != entries:
+        current.clear()
+        current.update(entries)
+
+
+class _Tree:
+    """The model's structure by identity: each module's submodules, parameters and buffers (the objects, and
+    each parameter's and buffer's storage, dtype and shape) and its plain tensor attributes (a KV cache).
+    A forward that reassigns ``self.step = self.step + 1``, ``p.data = ...``, ``self.head.bias =
+    nn.Parameter(...)`` or adds and deletes submodules gets its original objects back."""
+
+    def __init__(self, model: nn.Module):
+        self.modules = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers), dict(vars(m)))
+                        for m in model.modules()]
+        self.data = {id(t): (t, t.data) for t in [*model.parameters(), *model.buffers()]}
+
+    def restore(self) -> None:
+        for module, children, parameters, buffers, attributes in self.modules:
+            for live, saved in ((module._modules, children), (module._parameters, parameters),
+                                (module._buffers, buffers)):
+                if live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items()):
+                    live.clear()
+                    live.update(saved)
+            now = vars(module)
+            for name in [k for k, v in now.items() if isinstance(v, torch.Tensor) and k not in attributes]:
+                del now[name]
+            for name, value in attributes.items():
+                if now.get(name, _MISSING) is not value and (isinstance(value, torch.Tensor)
+                                                            or isinstance(now.get(name), torch.Tensor)):
+                    now[name] = value
+        for tensor, data in self.data.values():
+            if tensor.data.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or tensor.shape != data.shape:
+                tensor.data = data
+
+
+_MISSING = object()
 
 
 def _beside(saved: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
@@ -79,10 +141,22 @@ def _beside(saved: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
 
 class _ProcessState:
     """What a forward or a check can change outside the model: the random generators, torch's default
-    dtype, grad and anomaly modes, and the stacks of torch function and dispatch modes (a model that
-    enters a mode and never leaves it)."""
+    dtype and device, grad and anomaly modes, the stacks of torch function and dispatch modes (a model that
+    enters a mode and never leaves it), global module hooks, torch's backend flags, thread count,
+    determinism and matmul precision, the warning filters (a model that silences warnings silences
+    tfcheck and ``-W``), the working directory and ``sys.path``."""
 
     def __init__(self):
+        self.global_hooks = {name: dict(getattr(module_globals, name)) for name in _GLOBAL_HOOK_DICTS}
+        self.flags = _backend_flags()
+        self.threads = torch.get_num_threads()
+        self.deterministic = (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())
+        self.matmul_precision = torch.get_float32_matmul_precision()
+        self.default_device = torch.get_default_device()
+        self.warning_filters = list(warnings.filters)
+        self.cwd = os.getcwd()
+        self.sys_path = list(sys.path)
         self.python = random.getstate()
         self.numpy = _numpy_state()
         self.cpu = torch.get_rng_state()
@@ -106,6 +180,65 @@ class _ProcessState:
         torch.set_default_dtype(self.default_dtype)
         torch.set_grad_enabled(self.grad_enabled)
         torch.set_anomaly_enabled(self.anomaly)
+        for name, entries in self.global_hooks.items():
+            _put_back(getattr(module_globals, name), entries)
+        _set_backend_flags(self.flags)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) \
+                != self.deterministic:
+            torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+        if torch.get_float32_matmul_precision() != self.matmul_precision:
+            torch.set_float32_matmul_precision(self.matmul_precision)
+        if torch.get_default_device() != self.default_device:
+            torch.set_default_device(self.default_device)
+        if warnings.filters != self.warning_filters:
+            warnings.filters[:] = self.warning_filters
+            # The module caches its filters (an internal of CPython's warnings, absent on some versions).
+            getattr(warnings, "_filters_mutated", lambda: None)()
+        if os.getcwd() != self.cwd:
+            os.chdir(self.cwd)
+        sys.path[:] = self.sys_path
+
+
+#: torch.backends switches a model may flip: (module, attribute) for the boolean ones that exist here.
+#: (TF32 is not among them: float32_matmul_precision sets it, and mixing its legacy switches with that API makes
+#: torch refuse to read the precision at all.)
+_BACKEND_FLAGS = (("cudnn", "enabled"), ("cudnn", "benchmark"), ("cudnn", "deterministic"), ("mkldnn", "enabled"),
+                  ("cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+                  ("cuda.matmul", "allow_bf16_reduced_precision_reduction"))
+#: The SDPA backend switches (torch.backends.cuda.enable_flash_sdp and friends, which apply on CPU too).
+_SDPA_BACKENDS = ("flash", "mem_efficient", "math", "cudnn")
+
+
+def _backend(path: str) -> Any:
+    target: Any = torch.backends
+    for part in path.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _backend_flags() -> dict:
+    flags: dict = {}
+    for path, attr in _BACKEND_FLAGS:
+        with contextlib.suppress(Exception):
+            flags[(path, attr)] = getattr(_backend(path), attr)
+    for name in _SDPA_BACKENDS:
+        with contextlib.suppress(Exception):
+            flags[("sdp", name)] = getattr(torch.backends.cuda, f"{name}_sdp_enabled")()
+    return flags
+
+
+def _set_backend_flags(flags: dict) -> None:
+    now = _backend_flags()
+    for (path, attr), value in flags.items():
+        if now.get((path, attr)) == value:
+            continue
+        with contextlib.suppress(Exception):
+            if path == "sdp":
+                getattr(torch.backends.cuda, f"enable_{attr}_sdp")(value)
+            else:
+                setattr(_backend(path), attr, value)
 
 
 def _pop_down_to(depth: int, length: Callable[[], int], pop: Callable[[], Any]) -> None:
