@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 import tfcheck
 from reference_model import TransformerLM, broken
 from tfcheck.probe.recorder import Recorder
-from tfcheck.explainers.trace import visible_attention
+from tfcheck.probe.attention_view import visible_attention
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TFCHECK_UPDATE_GOLDEN") == "1"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tfcheck.ui.annotations import FORMATS
 from tfcheck.errors import TfcheckError, UsageError
+from tfcheck.ui.io import writable_path, write_report
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
 REFERENCE_SPECS = ("reference_model:TransformerEncoder", "reference_model:TransformerLM",
@@ -104,33 +105,6 @@ def _check(args) -> int:
     if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
         return EXIT_ERROR
     return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK
-
-
-def writable_path(text: str, option: str) -> Path:
-    """The path a report is to be written to, refused with what to do when it cannot be written: checked
-    before the battery runs, so a typo does not cost the run."""
-    import os
-
-    path = Path(text)
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UsageError(f"{option} {text}: that is a directory; give a file name, e.g. {path / 'report.json'}")
-    if not parent.exists():
-        raise UsageError(f"{option} {text}: the directory {parent} does not exist; create it (mkdir -p {parent}) "
-                         "or give a path in an existing directory")
-    if not parent.is_dir():
-        raise UsageError(f"{option} {text}: {parent} is a file, not a directory; give a path in a directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        what = "it" if path.exists() else f"in {parent}"
-        raise UsageError(f"{option} {text}: permission denied (cannot write {what}); give a path you can write to")
-    return path
-
-
-def write_report(path: Path, text: str, option: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:  # the disk filled up, the directory went away since the check
-        raise UsageError(f"{option} {path}: writing the report failed: {exc.strerror or exc}") from None
 
 
 def _write_images(report, json_path: Path) -> None:

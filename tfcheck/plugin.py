@@ -88,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--tfcheck-images draws the leak maps beside the JSON report: give --tfcheck-json PATH")
     json_path = None
     if opt.tfcheck_json:
-        from tfcheck.cli import writable_path
+        from tfcheck.ui.io import writable_path
 
         try:
             json_path = writable_path(opt.tfcheck_json, "--tfcheck-json")  # refused before any item runs
@@ -159,7 +159,7 @@ class TfcheckSession:
         if self.state.json_path is None or hasattr(self.config, "workerinput"):
             return
         report = _report(self.state)
-        from tfcheck.cli import write_report
+        from tfcheck.ui.io import write_report
 
         try:
             write_report(self.state.json_path, report.to_json(), "--tfcheck-json")

@@ -10,15 +10,15 @@ is returned with ``trace.error`` set (the explanation and its table row) and the
 """
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
+from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.recorder import ModuleCall, OpEvent, Recorder, Recording, describe, structure_dict, structure_text
 
 #: Function-level ops shown in a trace (by their short name): what shapes attention and its heads.
@@ -228,18 +228,3 @@ def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: s
 def _needs_data(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, NotImplementedError) or "meta" in text.lower() or "data-dependent" in text
-
-
-@contextlib.contextmanager
-def visible_attention() -> Iterator[None]:
-    """Take the math path through attention so its internals appear in the trace: nn.MultiheadAttention's
-    fused fast path off, and the math backend of scaled_dot_product_attention (same results)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with sdpa_kernel(SDPBackend.MATH):
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)

@@ -118,7 +118,10 @@ class AttentionSite:
 
 
 @dataclass
-class _Captured:
+class CapturedOp:
+    """One recorded op kept by ``SiteCollector`` with copies of its tensors: the sites are found from these,
+    and attention.scale reads the score op's operands from them again."""
+
     event: OpEvent
     operands: list[torch.Tensor | None]  # None where the operand is a parameter or buffer
     out: torch.Tensor | None
@@ -130,7 +133,7 @@ class SiteCollector:
 
     def __init__(self, model: nn.Module):
         self._owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
-        self.captured: list[_Captured] = []
+        self.captured: list[CapturedOp] = []
 
     def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         if event.phase != "forward" or event.short_name not in _CAPTURED:
@@ -140,7 +143,7 @@ class SiteCollector:
         if event.short_name in PROJECTIONS and not any(t is not None and self._is_owned(t) for t in operands):
             extra["no_parameter"] = True
         result = out[0] if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) else out
-        self.captured.append(_Captured(event, kept, result.detach().clone() if isinstance(result, torch.Tensor)
+        self.captured.append(CapturedOp(event, kept, result.detach().clone() if isinstance(result, torch.Tensor)
                                        else None, extra))
 
     def _is_owned(self, t: torch.Tensor) -> bool:
@@ -183,7 +186,7 @@ def _operands(name: str, args: tuple, kwargs: dict) -> tuple[list[torch.Tensor |
 
 # ----- finding sites ---------------------------------------------------------------------------------
 
-def find_sites(recording: Recording, captured: list[_Captured]) -> list[AttentionSite]:
+def find_sites(recording: Recording, captured: list[CapturedOp]) -> list[AttentionSite]:
     """Every attention site in execution order."""
     ops = [c for c in captured if _visible(c.event, recording)]
     sites: list[AttentionSite] = []
@@ -215,7 +218,7 @@ def _visible(event: OpEvent, recording: Recording) -> bool:
     return parent is None or recording.ops[parent].short_name not in _CAPTURED
 
 
-def _sdpa_site(op: _Captured) -> AttentionSite | None:
+def _sdpa_site(op: CapturedOp) -> AttentionSite | None:
     q, k, v = (op.operands + [None] * 3)[:3]
     if q is None or k is None or v is None or op.out is None or min(q.dim(), k.dim(), v.dim()) < 3:
         return None
@@ -225,7 +228,7 @@ def _sdpa_site(op: _Captured) -> AttentionSite | None:
                          options=dict(op.extra))
 
 
-def _explicit_site(ops: list[_Captured], i: int, boundary: int) -> tuple[AttentionSite, int] | None:
+def _explicit_site(ops: list[CapturedOp], i: int, boundary: int) -> tuple[AttentionSite, int] | None:
     soft = ops[i]
     probs_in, probs = soft.operands[0] if soft.operands else None, soft.out
     if probs_in is None or probs is None or probs.dim() < 2:
@@ -251,19 +254,19 @@ def _explicit_site(ops: list[_Captured], i: int, boundary: int) -> tuple[Attenti
     return None
 
 
-def _is_product_of_activations(op: _Captured) -> bool:
+def _is_product_of_activations(op: CapturedOp) -> bool:
     return op.event.short_name in PRODUCTS and len(op.operands) == 2 and all(
         t is not None and t.dim() >= 2 for t in op.operands) and op.out is not None
 
 
-def _forms(op: _Captured, probs_in: torch.Tensor) -> bool:
+def _forms(op: CapturedOp, probs_in: torch.Tensor) -> bool:
     """The product's output is what the softmax normalised (possibly scaled, masked or re-viewed since)."""
     out = op.out
     return _is_product_of_activations(op) and out.numel() == probs_in.numel() and \
         tuple(out.shape[-2:]) == tuple(probs_in.shape[-2:])
 
 
-def _score_axes(op: _Captured) -> tuple[Operand, Operand, tuple[int, int], int] | None:
+def _score_axes(op: CapturedOp) -> tuple[Operand, Operand, tuple[int, int], int] | None:
     a, b = op.operands
     if op.event.short_name == "einsum":
         return _einsum_score_axes(op.extra.get("equation"), a, b, op.out)
@@ -273,7 +276,7 @@ def _score_axes(op: _Captured) -> tuple[Operand, Operand, tuple[int, int], int] 
     return Operand(a, 0, -2), Operand(b, 0, -1), (-2, -1), int(a.shape[-1])
 
 
-def _mixes(op: _Captured, probs: torch.Tensor) -> tuple[Operand, Operand] | None:
+def _mixes(op: CapturedOp, probs: torch.Tensor) -> tuple[Operand, Operand] | None:
     """(values, context) when ``op`` multiplies the probabilities with another activation."""
     if not _is_product_of_activations(op):
         return None
@@ -334,7 +337,7 @@ def _einsum_mix_axes(equation, a, b, out, probs) -> tuple[Operand, Operand] | No
     return Operand(values, 0, sv.index(summed[0])), Operand(out, 0, so.index(queries[0]))
 
 
-def _attach_merge(site: AttentionSite, ops: list[_Captured], used: int) -> None:
+def _attach_merge(site: AttentionSite, ops: list[CapturedOp], used: int) -> None:
     """The activation entering the first projection after the value product: where the heads are merged
     back, if the numbers of elements agree."""
     for op in ops[used + 1:]:
@@ -365,7 +368,7 @@ def _attach_shaping(site: AttentionSite, recording: Recording) -> None:
 
 def record_sites(ctx, args: tuple, kwargs: dict, what: str):
     """One counted forward under the recorder with attention internals visible: (Probe, sites)."""
-    from tfcheck.explainers.trace import visible_attention
+    from tfcheck.probe.attention_view import visible_attention
 
     collector = SiteCollector(ctx.subject.model)
     with visible_attention():

@@ -74,7 +74,7 @@ class _FanOut:
 
 def shared(ctx) -> RecordedProbe:
     """The model's shared recorded forward, run on first use and memoised with the other probes."""
-    from tfcheck.explainers.trace import visible_attention
+    from tfcheck.probe.attention_view import visible_attention
 
     subject = ctx.subject
     length = subject.probe_length()

@@ -20,6 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
+from tfcheck.model.inputs import batch_length
+
 #: Step budget of a training check when ``train_steps`` is not declared.
 DEFAULT_TRAIN_STEPS = 30
 #: The one small batch the training checks use (batch x length), capped by max_len.
@@ -61,9 +63,7 @@ def batch_size(subject) -> tuple[int, int]:
 
 def call_copy(ctx, model: nn.Module, args: tuple, kwargs: dict, what: str, grad: bool = True) -> Any:
     """One forward of a training copy, counted on ``ctx.cost``; a raise is explained like ctx.run's."""
-    from tfcheck.engine.context import _batch_length
-
-    batch, length = _batch_length(args, kwargs)
+    batch, length = batch_length(args, kwargs)
     return ctx.call(args, kwargs, what, tokens=batch * length, grad=grad, model=model)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from tfcheck.probe import recorded_probe
-from tfcheck.probe.attention_sites import AttentionSite, _Captured, PROJECTIONS
+from tfcheck.probe.attention_sites import AttentionSite, CapturedOp, PROJECTIONS
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
@@ -121,7 +121,7 @@ def known_scale(subject) -> tuple[float, str] | None:
 
 # ----- measuring -------------------------------------------------------------------------------------
 
-def measure(site: AttentionSite, captured: list[_Captured]) -> Measured | None:
+def measure(site: AttentionSite, captured: list[CapturedOp]) -> Measured | None:
     by_index = {c.event.index: c for c in captured}
     q_axis, k_axis = _contracted_axes(site, by_index.get(site.score_op.index))
     if q_axis is None:
@@ -144,7 +144,7 @@ def measure(site: AttentionSite, captured: list[_Captured]) -> Measured | None:
                     traced)
 
 
-def _equation(op: _Captured | None) -> tuple[str, str, str] | None:
+def _equation(op: CapturedOp | None) -> tuple[str, str, str] | None:
     equation = op.extra.get("equation") if op is not None else None
     if not equation or "->" not in equation or "..." in equation:
         return None
@@ -153,7 +153,7 @@ def _equation(op: _Captured | None) -> tuple[str, str, str] | None:
     return (parts[0], parts[1], out) if len(parts) == 2 else None
 
 
-def _contracted_axes(site: AttentionSite, score: _Captured | None) -> tuple[int | None, int | None]:
+def _contracted_axes(site: AttentionSite, score: CapturedOp | None) -> tuple[int | None, int | None]:
     if site.form == "sdpa":
         return -1, -1
     if site.score_op.short_name == "einsum":
@@ -208,7 +208,7 @@ def _norms(t: torch.Tensor, axis: int) -> torch.Tensor:
     return v.reshape(-1, v.shape[-1]).double().norm(dim=-1).sort().values
 
 
-def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[_Captured]) -> float | None:
+def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[CapturedOp]) -> float | None:
     """c with operand = c · (a rearranged, rotated or repeated slice of a projection output), found by its
     sorted per-head vector norms; the nearest preceding projection that matches. None if none does."""
     d = int(operand.shape[axis])

@@ -59,7 +59,7 @@ def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
     from tfcheck.engine.context import ModelRaised
 
     from tfcheck.probe.recorder import Recorder
-    from tfcheck.explainers.trace import visible_attention
+    from tfcheck.probe.attention_view import visible_attention
 
     recorder = Recorder(ctx.subject.model, track_ids=True)
     try:
