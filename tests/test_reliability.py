@@ -475,6 +475,18 @@ class ReturnsNestedJunk(_Base):
         return [{"a": ("b", None)}, 3]
 
 NOT_A_MODEL = 42
+
+class LazyHead(_Base):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.LazyLinear(50)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+def built_on_meta():
+    with torch.device("meta"):
+        return nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50))
 '''
 
 def case(name, spec, options, exit_code, outcome, needle, skip_if=None):
@@ -502,6 +514,10 @@ BAD_INPUT = [
          "d_model must be divisible by num_heads"),
     case("forward-inputs-unknown", "zoo:NeedsExtraInput", (), EXIT_USAGE, "load",
          "requires argument 'speaker_embedding', which tfcheck cannot build. Declare inputs=module:factory"),
+    case("lazy-parameters", "strange.py:LazyHead", (), EXIT_USAGE, "load",
+         ("has uninitialised (lazy) parameters: head.weight, head.bias", "Run one forward on a dummy batch")),
+    case("factory-on-meta", "strange.py:built_on_meta", (), EXIT_USAGE, "load",
+         ("is on the meta device", "model.to_empty(device='cpu')")),
     case("returns-none", "zoo:ReturnsNothingUseful", (), EXIT_FAIL, "failed", "returned a NoneType with no tensor"),
     case("returns-string", "strange.py:ReturnsString", (), EXIT_FAIL, "failed", "returned a str with no tensor"),
     case("returns-nested-junk", "strange.py:ReturnsNestedJunk", (), EXIT_FAIL, "failed",

@@ -16,6 +16,7 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.battery import all_checks
 from tfcheck.engine.registry import Check
+from tfcheck.model.usable import refuse_unusable
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
 from tfcheck.model.inference import build_subject
@@ -69,6 +70,7 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
         merged = decl.merge(strong, _own_declarations(loaded.model, label), from_origin)
     if "device" in merged:
         _refuse_unavailable_device(merged["device"])
+    refuse_unusable(loaded.model, loaded.spec)
     return build_subject(loaded, merged)
 
 

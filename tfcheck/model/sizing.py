@@ -37,8 +37,9 @@ def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int] | None:
         return None
     if not isinstance(model, nn.Module):
         return None
-    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
-    return (sum(t.numel() for t in model.parameters()),
+    # Lazy modules' parameters have no size until the first forward: what they will take is not known here.
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if not nn.parameter.is_lazy(t)}.values()
+    return (sum(t.numel() for t in model.parameters() if not nn.parameter.is_lazy(t)),
             sum(t.numel() * t.element_size() for t in tensors))
 
 
