@@ -9,13 +9,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-#: Config names of the longest sequence a model was built for (the same names tfcheck.model.subject reads).
-MAX_LEN_NAMES = ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len",
-                 "max_seq_length", "context_length", "n_ctx", "max_length", "seq_len")
+from tfcheck.model import names
+
+#: Config names of the longest sequence a model was built for (the names the model layer reads).
+MAX_LEN_NAMES = names.MAX_LEN
 #: Config ints that are counts, lengths or ids, never a layer width: not offered as the width that disagrees.
 NOT_A_WIDTH = re.compile(r"len|vocab|layer|head|ctx|position|block|batch|pad|_id$|idx|token|seq|drop|eps|"
                           r"bos|eos|seed|step|expert", re.IGNORECASE)
-HEAD_NAMES = ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads", "heads")
+HEAD_NAMES = names.NUM_HEADS
 
 
 def config_ints(model: nn.Module | None) -> dict[str, int]:

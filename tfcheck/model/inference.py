@@ -19,6 +19,7 @@ from tfcheck.model.inputs import mask_spec
 from tfcheck.model.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
+    GENERATION_SETTINGS,
     HF_CLASS_KINDS,
     HF_FAMILIES,
     MASK_ARGS,
@@ -197,6 +198,8 @@ class _Resolver:
             if holder is None:
                 continue
             for name in CONFIG_NAMES[key]:
+                if name in GENERATION_SETTINGS and holder is self.config and library_of(self.model) == "transformers":
+                    continue  # a Hugging Face config's max_length is how long generate() runs, not a capacity
                 value = getattr(holder, name, None)
                 # Sizes are positive and ids non-negative: XLNet's max_position_embeddings is -1 ("no limit").
                 if isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "pad_id" else 1):

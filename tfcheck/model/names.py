@@ -5,15 +5,52 @@ for one family is known to all of them. Plain data: importing it imports no torc
 """
 from __future__ import annotations
 
-#: fact -> the config / model attributes that hold it, most specific first.
+# ----- hyper-parameters: one tuple per quantity, the most specific name first --------------------------
+# The same names fill a constructor (tfcheck.model.spec), settle a fact (tfcheck.model.inference) and explain
+# an error (tfcheck.explainers): a name tfcheck fills as d_model is read back as d_model.
+VOCAB_SIZE = ("vocab_size", "n_vocab", "ntoken", "num_tokens", "ntokens", "vocab")
+SOURCE_VOCAB_SIZE = ("src_vocab_size",)
+TARGET_VOCAB_SIZE = ("tgt_vocab_size",)
+#: hidden_dim last: some models name their feed-forward width so.
+D_MODEL = ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim", "ninp", "n_embed", "hidden_dim")
+#: The token embedding's width: d_model where nothing projects it, so filled as d_model, but never read as it
+#: (x-transformers' TransformerWrapper.emb_dim may differ from its attn_layers.dim).
+EMBED_DIM = ("d_embed", "emb_dim")
+NUM_HEADS = ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads", "heads")
+#: Head counts of one side or of the keys and values only (grouped-query attention): never the head count.
+OTHER_HEAD_COUNTS = ("encoder_attention_heads", "decoder_attention_heads", "num_key_value_heads")
+NUM_LAYERS = ("num_layers", "n_layer", "n_layers", "depth", "nlayers", "num_hidden_layers", "num_encoder_layers",
+              "num_decoder_layers", "encoder_layers", "decoder_layers")
+D_FF = ("d_ff", "dim_feedforward", "ffn_dim", "intermediate_size", "d_hidden", "nhid", "ff_dim", "mlp_dim", "d_inner",
+        "n_inner", "encoder_ffn_dim", "decoder_ffn_dim")
+#: The longest sequence a model was built for. max_length last: Hugging Face configs before transformers 5
+#: carry max_length=20 as a generation setting, which the resolver does not read there.
+MAX_LEN = ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len", "max_seq_length",
+           "context_length", "n_ctx", "seq_len", "max_length")
+GENERATION_SETTINGS = ("max_length",)
+DROPOUT = ("dropout", "p_drop", "dropout_rate", "attn_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+           "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob")
+PAD_ID = ("pad_id", "pad_token_id", "pad_idx", "padding_idx")
+HEAD_DIM = ("d_k", "d_v", "head_dim", "dim_head", "d_kv")
+#: Rotary embedding on part of each head (GPT-J, CodeGen).
+ROTARY_DIM = ("rotary_dim",)
+#: GPT-Neo's per-layer attention pattern.
+ATTENTION_TYPES = ("attention_types",)
+NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
+EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")
+BOS_TOKEN_ID = ("bos_token_id",)
+EOS_TOKEN_ID = ("eos_token_id",)
+
+#: fact -> the config / model attributes that hold it.
 CONFIG_NAMES: dict[str, tuple[str, ...]] = {
-    "vocab_size": ("vocab_size", "n_vocab", "ntoken", "num_tokens", "src_vocab_size"),
-    "output_vocab_size": ("tgt_vocab_size", "vocab_size", "n_vocab", "ntoken", "num_tokens"),
-    "pad_id": ("pad_id", "pad_token_id", "pad_idx", "padding_idx"),
-    "max_len": ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len",
-                "max_seq_length", "context_length", "n_ctx"),
-    "d_model": ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim"),
+    "vocab_size": VOCAB_SIZE + SOURCE_VOCAB_SIZE,
+    "output_vocab_size": TARGET_VOCAB_SIZE + VOCAB_SIZE,
+    "pad_id": PAD_ID,
+    "max_len": MAX_LEN,
+    "d_model": D_MODEL,
 }
+#: Parameter names under which a constructor takes a whole config object.
+CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams")
 
 #: Hugging Face model families whose causality their config's model_type states: bidirectional encoders
 #: and decoder-only LMs. (``is_decoder`` and ``is_encoder_decoder`` are read first: a BERT built as a decoder

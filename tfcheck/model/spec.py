@@ -17,41 +17,37 @@ from pathlib import Path
 from typing import Any
 
 from tfcheck.errors import SpecError
+from tfcheck.model import names
 from tfcheck.probe.frames import innermost_user_frame
 
-#: Small values for the usual hyper-parameter names: distinct from each other (d_model 32 != d_ff 64 !=
-#: vocab 101) so that no axis can be mistaken for another, and small enough to build in milliseconds.
+#: Small values for the usual hyper-parameter names (tfcheck.model.names): distinct from each other (d_model
+#: 32 != d_ff 64 != vocab 101) so that no axis can be mistaken for another, and small enough to build in
+#: milliseconds.
 SMALL_VALUES: dict[str, Any] = {}
 for _names, _value in [
-    ("vocab_size n_vocab num_tokens ntoken ntokens vocab src_vocab_size tgt_vocab_size", 101),
-    ("d_model hidden_size dim n_embd embed_dim d_embed emb_dim ninp hidden_dim model_dim n_embed", 32),
-    ("num_heads nhead n_head n_heads heads num_attention_heads", 4),
-    ("num_layers n_layer n_layers depth nlayers num_hidden_layers num_encoder_layers num_decoder_layers "
-     "encoder_layers decoder_layers", 2),
-    ("d_ff dim_feedforward ffn_dim intermediate_size d_hidden nhid ff_dim mlp_dim d_inner n_inner "
-     "encoder_ffn_dim decoder_ffn_dim", 64),
-    ("max_len block_size max_seq_len max_length max_position_embeddings n_positions n_ctx seq_len "
-     "context_length max_seq_length", 64),
-    ("dropout p_drop dropout_rate attn_dropout resid_pdrop embd_pdrop attn_pdrop attention_dropout "
-     "hidden_dropout_prob attention_probs_dropout_prob", 0.1),
-    ("pad_id pad_idx padding_idx pad_token_id", 0),
-    ("d_k d_v head_dim dim_head d_kv", 8),
+    (names.VOCAB_SIZE + names.SOURCE_VOCAB_SIZE + names.TARGET_VOCAB_SIZE, 101),
+    (names.D_MODEL + names.EMBED_DIM, 32),
+    (names.NUM_HEADS + names.OTHER_HEAD_COUNTS, 4),
+    (names.NUM_LAYERS, 2),
+    (names.D_FF, 64),
+    (names.MAX_LEN, 64),
+    (names.DROPOUT, 0.1),
+    (names.PAD_ID, 0),
+    (names.HEAD_DIM, 8),
     # Rotary embedding on part of each head (GPT-J, CodeGen): at most the small head size, 32 / 4 = 8.
-    ("rotary_dim", 4),
+    (names.ROTARY_DIM, 4),
     # GPT-Neo's per-layer pattern must cover num_layers (its default describes 24 layers).
-    ("attention_types", [[["global", "local"], 1]]),
-    ("encoder_attention_heads decoder_attention_heads num_key_value_heads", 4),
+    (names.ATTENTION_TYPES, [[["global", "local"], 1]]),
     # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
-    ("num_experts num_local_experts n_routed_experts", 4),
-    ("moe_intermediate_size shared_expert_intermediate_size expert_intermediate_size", 64),
+    (names.NUM_EXPERTS, 4),
+    (names.EXPERT_D_FF, 64),
     # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
-    ("bos_token_id", 1),
-    ("eos_token_id", 2),
+    (names.BOS_TOKEN_ID, 1),
+    (names.EOS_TOKEN_ID, 2),
 ]:
-    for _n in _names.split():
-        SMALL_VALUES[_n] = _value
+    SMALL_VALUES.update(dict.fromkeys(_names, _value))
 
-CONFIG_PARAM_NAMES = ("config", "cfg", "conf", "args", "hparams")
+CONFIG_PARAM_NAMES = names.CONFIG_PARAMS
 
 
 @dataclass
@@ -273,8 +269,8 @@ def small_config(origin: Any, param: inspect.Parameter) -> Any | None:
         return cls(**small)
     except Exception as exc:  # noqa: BLE001 - the config's own validation, said as it is
         raise SpecError(
-            f"tfcheck builds {getattr(origin, '__name__', origin)} from a small {cls.__name__} ({_brief_values(small)}), "
-            f"and the config refused it: {type(exc).__name__}: {exc}. Give tfcheck a factory that builds the model "
+            f"tfcheck builds {getattr(origin, '__name__', origin)} from a small {cls.__name__} "
+            f"({_brief_values(small)}), and the config refused it: {type(exc).__name__}: {exc}. Give tfcheck a factory that builds the model "
             "from a config you set up (spec path/to/file.py:make_model), or an instance"
         ) from None
 
