@@ -372,6 +372,11 @@ def test_an_infinite_budget_means_no_budget(budget_s):
         assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0))
 
 
+def test_budget_s_inf_is_declared_as_no_budget():
+    report = tfcheck.run_checks(TransformerLM(), only=["shape.contract"], budget_s="inf")
+    assert report.models[0].result("shape.contract").status is tfcheck.Status.PASS
+
+
 def test_the_budget_never_installs_a_sigint_handler():
     handler = signal.getsignal(signal.SIGINT)
     with time_budget(10):
@@ -528,6 +533,14 @@ BAD_INPUT = [
          ("bad value 'gpt' for tfcheck declaration 'kind'", "expected one of encoder, decoder")),
     case("wrong-number", LM, (("set", "budget_s=-1"),), EXIT_USAGE, "usage",
          "bad value '-1' for tfcheck declaration 'budget_s'"),
+    case("fractional-int", LM, (("set", "pad_id=2.9"),), EXIT_USAGE, "usage",
+         ("bad value '2.9' for tfcheck declaration 'pad_id'", "expected an integer or none")),
+    case("int-overflows-torch", LM, (("set", "vocab_size=" + "9" * 26),), EXIT_USAGE, "usage",
+         "for tfcheck declaration 'vocab_size'"),
+    case("infinite-float", LM, (("set", "lr=1e400"),), EXIT_USAGE, "usage",
+         ("bad value '1e400' for tfcheck declaration 'lr'", "expected a positive finite number")),
+    case("device-index-absurd", LM, (("set", "device=cuda:99999999999999999999"),), EXIT_USAGE, "usage",
+         "expected cpu, cuda, cuda:N or mps"),
     case("json-directory-missing", LM, (("json", "no/such/dir/r.json"),), EXIT_USAGE, "usage",
          "the directory no/such/dir does not exist"),
     case("json-is-a-directory", LM, (("json", "adir"),), EXIT_USAGE, "usage", "adir: that is a directory"),

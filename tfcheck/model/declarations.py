@@ -7,6 +7,7 @@ model's config and signature. Every value remembers where it came from, so the r
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -50,11 +51,27 @@ def _bool(v: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-def _positive_int(v: Any) -> int:
+#: Larger integers overflow torch's int64 token ids and sizes: no real hyper-parameter comes near.
+_INT_LIMIT = 2**62
+
+
+def _integer(v: Any) -> int | None:
+    """An int written as an int, a string of digits or an integral float (TOML's 2.0); None otherwise, so that
+    2.9 is refused rather than truncated to 2."""
     if isinstance(v, bool):
-        raise ValueError("expected a positive integer")
-    n = int(v) if isinstance(v, (int, str)) else None
-    if n is None or n <= 0:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else None
+    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
+        return int(v)
+    return None
+
+
+def _positive_int(v: Any) -> int:
+    n = _integer(v)
+    if n is None or not 0 < n < _INT_LIMIT:
         raise ValueError("expected a positive integer")
     return n
 
@@ -62,9 +79,10 @@ def _positive_int(v: Any) -> int:
 def _optional_int(v: Any) -> int | None:
     if v is None or (isinstance(v, str) and v.lower() == "none"):
         return None
-    if isinstance(v, bool):
+    n = _integer(v)
+    if n is None or not -_INT_LIMIT < n < _INT_LIMIT:
         raise ValueError("expected an integer or none")
-    return int(v)
+    return n
 
 
 def _kind(v: Any) -> str:
@@ -132,13 +150,22 @@ def _float_positive(v: Any) -> float:
     if isinstance(v, bool):
         raise ValueError("expected a positive number")
     x = float(v)
-    if not x > 0:
-        raise ValueError("expected a positive number")
+    if not 0 < x < math.inf:  # nan and inf (1e400 reads as inf) too
+        raise ValueError("expected a positive finite number")
     return x
 
 
+def _seconds(v: Any) -> float:
+    """A budget in seconds; inf (or none) means no budget."""
+    if isinstance(v, str) and v.strip().lower() in ("inf", "none"):
+        return math.inf
+    if isinstance(v, float) and v == math.inf:
+        return v
+    return _float_positive(v)
+
+
 def _device(v: Any) -> str:
-    if not isinstance(v, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", v):
+    if not isinstance(v, str) or not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", v):
         raise ValueError("expected cpu, cuda, cuda:N or mps")
     return v
 
@@ -201,7 +228,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "Sequence length of the information-flow probes (default 7; capped at max_len).", _positive_int),
     Key("budget_s", "SECONDS",
         "Wall-clock budget of each check (default 120); a check over it stops between two operations "
-        "and is reported as a skip that says so.", _float_positive),
+        "and is reported as a skip that says so; inf means no budget.", _seconds),
     Key("device", "cpu | cuda | cuda:N | mps",
         "Where the battery runs; the model is moved there for the run and moved back afterwards.", _device),
 ]}
