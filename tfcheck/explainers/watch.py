@@ -30,6 +30,7 @@ from tfcheck.explainers.byte_sizes import parse_bytes
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.probe.module_stack import ModuleStack, tracking
 from tfcheck.probe.frames import is_user_frame, short_path
+from tfcheck.probe.hooks import Hook, hooked
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only
 #: record it on ``w.first_nonfinite``, or not look at all (no per-module check: no cost on a GPU).
@@ -170,17 +171,14 @@ class Watch:
         return explain(exc, stack, what, self.budget)
 
     # ----- non-finite values --------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _hooks(self) -> Iterator[None]:
-        handles = [self.model.register_forward_pre_hook(self._count)]
-        try:
+    def _hooks(self) -> contextlib.AbstractContextManager[None]:
+        def hooks():
+            yield Hook(self.model, self._count, pre=True)
             if self.on_nonfinite != "off":
                 for name, module in self.model.named_modules():
-                    handles.append(module.register_forward_hook(self._checker(name), with_kwargs=True))
-            yield
-        finally:
-            for h in handles:
-                h.remove()
+                    yield Hook(module, self._checker(name), with_kwargs=True)
+
+        return hooked(hooks())
 
     def _count(self, module, args) -> None:
         self.calls += 1

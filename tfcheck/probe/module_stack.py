@@ -9,6 +9,8 @@ from typing import Any, Iterator
 import torch
 import torch.nn as nn
 
+from tfcheck.probe.hooks import Hook, hooked
+
 
 @dataclass
 class ModuleStack:
@@ -36,15 +38,14 @@ class ModuleStack:
 def tracking(model: nn.Module) -> Iterator[ModuleStack]:
     """Track the module stack during calls of ``model``; every hook is removed on exit."""
     stack = ModuleStack(model=model)
-    handles = []
-    try:
+
+    def hooks():
         for name, module in model.named_modules():
-            handles.append(module.register_forward_pre_hook(push(stack, name), with_kwargs=True))
-            handles.append(module.register_forward_hook(pop(stack)))
+            yield Hook(module, push(stack, name), pre=True, with_kwargs=True)
+            yield Hook(module, pop(stack))
+
+    with hooked(hooks()):
         yield stack
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def push(stack: ModuleStack, name: str):

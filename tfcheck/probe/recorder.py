@@ -12,6 +12,7 @@ and outputs, so the recorder never keeps tensors alive.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tfcheck.probe.frames import is_user_frame
+from tfcheck.probe.hooks import Hook, hooked
 
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
@@ -183,7 +185,7 @@ class Recorder:
         # sublayer that made them). The tensors are kept alive while recording so no id is reused.
         self._alive: list[torch.Tensor] | None = [] if track_ids else None
         self._stack: list[int] = []
-        self._handles: list = []
+        self._hooks = contextlib.ExitStack()
         self._modes: list = []
         self._function_op: int | None = None
         if functions:
@@ -194,10 +196,14 @@ class Recorder:
 
     def __enter__(self) -> "Recorder":
         params = _param_counts(self.model)
-        try:
+
+        def hooks():
             for path, module in self.model.named_modules():
-                self._handles.append(module.register_forward_pre_hook(self._pre_hook(path, params), with_kwargs=True))
-                self._handles.append(module.register_forward_hook(self._post_hook(), with_kwargs=True))
+                yield Hook(module, self._pre_hook(path, params), pre=True, with_kwargs=True)
+                yield Hook(module, self._post_hook(), with_kwargs=True)
+
+        try:
+            self._hooks.enter_context(hooked(hooks()))
             for mode in self._modes:
                 mode.__enter__()
         except BaseException:
@@ -224,9 +230,7 @@ class Recorder:
             if getattr(mode, "_entered", False):
                 mode.__exit__(None, None, None)
                 mode._entered = False
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.close()
 
     # ----- module calls ----------------------------------------------------------------------------
     def _pre_hook(self, path: str, params: dict[int, int]):

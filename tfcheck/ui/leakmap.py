@@ -18,6 +18,8 @@ from typing import Any, Iterator
 import torch
 import torch.nn as nn
 
+from tfcheck.probe.hooks import Hook, hooked
+
 #: (cell role, changed?) -> glyph of the text map
 GLYPHS = {("forbidden", True): "X", ("forbidden", False): ".", ("allowed", True): "o", ("allowed", False): " ",
           ("real", True): "X", ("real", False): ".", ("pad", True): "_", ("pad", False): "_"}
@@ -188,14 +190,8 @@ def captured_layers(model: nn.Module, rows: int, seq_first: bool = False) -> Ite
                 captured.append((path, t.detach().clone()))
         return hook
 
-    handles = []
-    try:
-        for path, module in layer_modules(model):
-            handles.append(module.register_forward_hook(hook_for(path)))
+    with hooked(Hook(module, hook_for(path)) for path, module in layer_modules(model)):
         yield captured
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextlib.contextmanager
@@ -223,12 +219,6 @@ def perturbed_embedding(model: nn.Module, tokens: torch.Tensor, where: torch.Ten
             return output + delta
         return hook
 
-    handles = []
-    try:
-        for path, module in model.named_modules():
-            if isinstance(module, nn.Embedding):
-                handles.append(module.register_forward_hook(hook_for(path)))
+    with hooked(Hook(module, hook_for(path)) for path, module in model.named_modules()
+                if isinstance(module, nn.Embedding)):
         yield perturbed
-    finally:
-        for h in handles:
-            h.remove()
