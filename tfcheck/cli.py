@@ -145,9 +145,9 @@ def _trace(args) -> int:
         import torch
 
         with torch.device("meta"):  # construct without allocating: parameters are meta tensors
-            subject = load_subject(args.spec, cli)
+            subject = load_subject(args.spec, cli, meta_ok=True)
     else:
-        subject = load_subject(args.spec, cli)
+        subject = load_subject(args.spec, cli, meta_ok=True)
     inputs, kwargs = subject.make_inputs(3, subject.probe_length())
     trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, **kwargs)
     sys.stdout.write(to_string(trace, width=_width(), color=sys.stdout.isatty()))

@@ -40,8 +40,9 @@ def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str)
 
 
 def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = None,
-                 base: Path | None = None) -> Subject:
-    """Build the subject from a spec string, a module class / factory, or an instance.
+                 base: Path | None = None, meta_ok: bool = False) -> Subject:
+    """Build the subject from a spec string, a module class / factory, or an instance (``meta_ok``: one on
+    the meta device is fine, as for a shape trace; the battery needs data).
 
     ``strong`` holds the declarations that outrank the model's own ``__tfcheck__`` (command line,
     pyproject, run_checks arguments), already merged strongest first.
@@ -70,7 +71,7 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
         merged = decl.merge(strong, _own_declarations(loaded.model, label), from_origin)
     if "device" in merged:
         _refuse_unavailable_device(merged["device"])
-    refuse_unusable(loaded.model, loaded.spec)
+    refuse_unusable(loaded.model, loaded.spec, meta_ok=meta_ok)
     return build_subject(loaded, merged)
 
 

@@ -139,7 +139,8 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
     if not isinstance(model, nn.Module) or not (example_args or example_kwargs):
         from tfcheck.engine.runner import load_subject
 
-        subject = load_subject(model) if device != "meta" or isinstance(model, nn.Module) else _meta_subject(model)
+        subject = load_subject(model, meta_ok=True) if device != "meta" or isinstance(model, nn.Module) \
+            else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
         if device != "meta" and subject.mask_layouts_to_try():
@@ -173,7 +174,7 @@ def _meta_subject(spec: Any):
     from tfcheck.engine.runner import load_subject
 
     with torch.device("meta"):
-        return load_subject(spec)
+        return load_subject(spec, meta_ok=True)
 
 
 def _trace_meta(model: nn.Module, args: tuple, kwargs: dict) -> Trace:
