@@ -641,3 +641,39 @@ def test_the_plugin_writes_only_the_report_it_was_asked_for(pytester):
                        "--tfcheck-json", "r.json").assert_outcomes(passed=len(applicable_checks(
                            load_subject("reference_model:TransformerLM"))))
     assert _files(pytester.path) - before == {"r.json"}
+
+
+NUMPY_INIT = '''
+import random
+import numpy as np
+import torch, torch.nn as nn
+
+class NumpyInit(nn.Module):
+    """Initialises from NumPy's and Python's global generators, as some repos do."""
+
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.from_numpy(np.random.randn(50, 16)).float() * random.random())
+
+    def forward(self, input_ids):
+        return self.head(self.embed(input_ids))
+'''
+
+
+def test_construction_does_not_consume_the_callers_python_or_numpy_rng(tmp_path, monkeypatch):
+    (tmp_path / "numpy_init.py").write_text(NUMPY_INIT)
+    monkeypatch.chdir(tmp_path)
+    random.seed(1)
+    np.random.seed(1)
+    expected = (random.random(), float(np.random.rand()))
+    random.seed(1)
+    np.random.seed(1)
+    first = tfcheck.run_checks("numpy_init.py:NumpyInit", only=["train.loss_at_init"])
+    assert (random.random(), float(np.random.rand())) == expected  # the caller's generators untouched
+    second = tfcheck.run_checks("numpy_init.py:NumpyInit", only=["train.loss_at_init"])
+    evidence = [r.result("train.loss_at_init").findings[0].evidence for r in (first.models[0], second.models[0])]
+    assert evidence[0] == evidence[1]  # the same weights whatever state the generators were in

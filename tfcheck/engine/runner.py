@@ -101,13 +101,24 @@ BUILD_SEED = 0
 def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]):
     """Build the model from a fixed seed, in a fork of the random generators: every process (each pytest-xdist
     worker, a rerun) checks the same weights, and the caller's generators are left as they were."""
+    import random
+
+    import numpy as np
     import torch
 
     from tfcheck.model import spec as spec_mod
 
-    with torch.random.fork_rng(devices=[]):
-        torch.random.default_generator.manual_seed(BUILD_SEED)  # the CPU's only: see _seed_generators
-        return spec_mod.build(origin, label, kwargs)
+    # Constructors draw from Python's and NumPy's generators too: fork and seed those as well.
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        random.seed(BUILD_SEED)
+        np.random.seed(BUILD_SEED)
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(BUILD_SEED)  # the CPU's only: see _seed_generators
+            return spec_mod.build(origin, label, kwargs)
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
