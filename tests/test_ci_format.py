@@ -160,3 +160,32 @@ def test_run_checks_reports_format_independently():
     # the format changes what is printed, never the report
     report = tfcheck.run_checks("reference_model:TransformerLM", only=["shape.contract"])
     assert annotations.github_annotations(report) == []
+
+
+TWO_FILES_SAME_NAME = '''
+import torch.nn as nn
+
+{pad}class Model(nn.Module):
+    __tfcheck__ = {{"kind": "decoder"}}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+
+    def forward(self, input_ids):
+        return self.head(self.embed(input_ids)) * 100  # a loss at init far above ln(vocab)
+'''
+
+
+def test_two_model_files_with_the_same_name_are_two_modules_each_annotated_at_its_own_line(tmp_path, monkeypatch):
+    # Imported under the file's stem alone, b/model.py replaced a/model.py and both annotations named b's line.
+    for folder, pad in (("a", ""), ("b", "\n" * 5)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.py").write_text(TWO_FILES_SAME_NAME.format(pad=pad))
+    monkeypatch.chdir(tmp_path)
+    reports = [tfcheck.run_checks(f"{folder}/model.py:Model", only=["train.loss_at_init"]) for folder in ("a", "b")]
+    assert all(f.location is None or not f.location.file for r in reports for f in r.models[0].findings())
+    report = Report([m for r in reports for m in r.models])
+    lines = annotations.github_annotations(report, workspace=tmp_path)
+    assert [line.split(",title=")[0] for line in lines] == ["::warning file=a/model.py,line=4",
+                                                            "::warning file=b/model.py,line=9"]

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,14 +74,26 @@ def split_spec(spec: str) -> tuple[str, str]:
     return target, attr
 
 
+def is_file_target(target: str) -> bool:
+    return target.endswith(".py") or os.sep in target or "/" in target
+
+
+def file_module_name(path: Path) -> str:
+    """The name a model file is imported under: from its full path, so that a/model.py and b/model.py are two
+    modules (named by their stem alone, the second import replaced the first, and locations pointed at it)."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"_tfcheck_user_{stem}_{digest}"
+
+
 def import_target(target: str, base: Path | None = None) -> Any:
     """Import a module by dotted name (from ``base`` / the current directory first) or by file path."""
     base = Path(base or os.getcwd())
-    if target.endswith(".py") or os.sep in target or "/" in target:
+    if is_file_target(target):
         path = (base / target).resolve()
         if not path.is_file():
             raise SpecError(f"model file {target!r} does not exist (looked for {path}).")
-        name = "_tfcheck_user_" + path.stem
+        name = file_module_name(path)
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
         with _on_path(path.parent):
