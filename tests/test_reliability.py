@@ -383,6 +383,31 @@ def test_the_budget_never_installs_a_sigint_handler():
         assert signal.getsignal(signal.SIGINT) is handler
 
 
+def test_a_model_file_that_importorskips_is_skipped_under_pytest_and_a_usage_error_outside(pytester, capsys,
+                                                                                          monkeypatch):
+    _strange_files(pytester.path)
+    result = pytester.runpytest("--tfcheck", "skips_itself.py:Model")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED and result.parseoutcomes() == {"skipped": 1}
+    monkeypatch.chdir(pytester.path)
+    assert main(["check", "skips_itself.py:Model"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "the model's code called pytest's skipped: could not import 'no_such_package_q'" in err
+    assert "Traceback" not in err
+
+
+def test_sys_exit_in_a_forward_is_a_failure_and_the_json_is_written(tmp_path, monkeypatch, capsys):
+    # It used to end the process with the model's exit code 0: no report, no JSON, a silent pass.
+    _strange_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "strange.py:ExitsInForward", "--strict", "--json", "r.json"]) == EXIT_FAIL
+    data = json.loads((tmp_path / "r.json").read_text())
+    smoke = data["models"][0]["checks"][0]
+    assert data["status"] == "fail" and smoke["check"] == "forward.smoke" and smoke["status"] == "fail"
+    assert "sys.exit(0) was called at strange.py:" in smoke["findings"][0]["message"]
+    report = tfcheck.run_checks("strange.py:ExitsInForward", only=["forward.smoke"])  # no SystemExit from the API
+    assert report.models[0].result("forward.smoke").status is tfcheck.Status.FAIL
+
+
 # ----- devices ------------------------------------------------------------------------------------------
 
 class Tied(nn.Module):
@@ -492,6 +517,18 @@ class LazyHead(_Base):
 def built_on_meta():
     with torch.device("meta"):
         return nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50))
+
+class ExitsInForward(_Base):
+    def forward(self, tokens):
+        import sys
+        sys.exit(0)
+
+def factory_exits():
+    import sys
+    sys.exit(3)
+
+def inputs_raise(batch, length):
+    raise ValueError("no data here")
 '''
 
 def case(name, spec, options, exit_code, outcome, needle, skip_if=None):
@@ -523,6 +560,15 @@ BAD_INPUT = [
          ("has uninitialised (lazy) parameters: head.weight, head.bias", "Run one forward on a dummy batch")),
     case("factory-on-meta", "strange.py:built_on_meta", (), EXIT_USAGE, "load",
          ("is on the meta device", "model.to_empty(device='cpu')")),
+    case("forward-calls-sys-exit", "strange.py:ExitsInForward", (), EXIT_FAIL, "failed",
+         "UserExit: sys.exit(0) was called at strange.py:"),
+    case("factory-calls-sys-exit", "strange.py:factory_exits", (), EXIT_USAGE, "load",
+         "constructing strange.py:factory_exits stopped: sys.exit(3) was called at strange.py:"),
+    case("import-calls-sys-exit", "script_exits.py:Model", (), EXIT_USAGE, "load",
+         ("importing 'script_exits.py' called sys.exit(0)", 'under `if __name__ == "__main__":`')),
+    case("inputs-factory-raises", LM, (("set", "inputs=strange.py:inputs_raise"),), EXIT_FAIL, "failed",
+         ("the 'inputs' factory for reference_model:TransformerLM raised ValueError: no data here (strange.py:",
+          "factory(batch=3, length=7)")),
     case("returns-none", "zoo:ReturnsNothingUseful", (), EXIT_FAIL, "failed", "returned a NoneType with no tensor"),
     case("returns-string", "strange.py:ReturnsString", (), EXIT_FAIL, "failed", "returned a str with no tensor"),
     case("returns-nested-junk", "strange.py:ReturnsNestedJunk", (), EXIT_FAIL, "failed",
@@ -559,6 +605,8 @@ def _needles(needle: str | tuple[str, ...]) -> tuple[str, ...]:
 def _strange_files(folder: Path) -> None:
     (folder / "strange.py").write_text(STRANGE)
     (folder / "raises_on_import.py").write_text("import torch\nBROKEN = 1 / 0\n")
+    (folder / "script_exits.py").write_text("import sys\nsys.exit(0)\n")
+    (folder / "skips_itself.py").write_text("import pytest\npytest.importorskip('no_such_package_q')\n")
     (folder / "adir").mkdir()
     (folder / "afile").write_text("")
     (folder / "locked").mkdir()

@@ -19,6 +19,8 @@ REFERENCE_SPECS = ("reference_model:TransformerEncoder", "reference_model:Transf
                    "reference_model:Seq2SeqTransformer")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+#: What a shell reports for a program ended by Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     except TfcheckError as exc:
         print(f"tfcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tfcheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:
+        # pytest.skip / importorskip / exit called by a model file outside pytest: the file's own decision
+        from tfcheck.model.user_code import is_pytest_outcome
+
+        if is_pytest_outcome(exc):
+            print(f"tfcheck: error: the model's code called pytest's {type(exc).__name__.lower()}: {exc}. Outside "
+                  "pytest nothing can skip; install what it needs, or run it under pytest --tfcheck",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        raise
 
 
 def _check(args) -> int:

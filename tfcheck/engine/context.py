@@ -14,7 +14,9 @@ The API for check authors:
 - ``ctx.count_backward(tokens)``: account a backward the check ran itself (with ``torch.autograd.grad``,
   never ``.backward()``, so ``.grad`` fields stay untouched).
 A check that does not apply to some models says so with ``@check(..., applies=fn)``, ``fn(subject)``
-returning the reason it does not apply (or None): such a check is no item and no finding for them.
+returning ``NotApplicable(reason)`` (or None): such a check is no item and no finding for them. Verdicts are
+built with ``tfcheck.engine.registry``'s ``passed`` / ``failed`` / ``warned`` / ``inconclusive`` /
+``not_applicable``.
 Outputs handed out may be shared between checks: never modify them in place.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tfcheck.probe.module_stack import tracking
 from tfcheck.model.inputs import batch_length
 from tfcheck.model.outputs import infer_output
 from tfcheck.model.subject import Subject
+from tfcheck.model.user_code import user_code
 from tfcheck.report.report import Cost
 
 
@@ -98,7 +101,8 @@ class CheckContext:
         with tracking(model) as stack, torch.set_grad_enabled(grad):
             try:
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
-                return model(*args, **kwargs)
+                with user_code():
+                    return model(*args, **kwargs)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc
 

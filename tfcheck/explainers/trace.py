@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
+from tfcheck.model.user_code import user_code
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.recorder import ModuleCall, OpEvent, Recorder, Recording, describe, structure_dict, structure_text
 
@@ -198,7 +199,8 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
     error = None
     with visible_attention(), recorder, torch.no_grad():
         try:
-            call(*args, **kwargs)
+            with user_code():
+                call(*args, **kwargs)
         except Exception as exc:
             error = exc
     failure = _failure(model, recorder, error, device) if error is not None else None

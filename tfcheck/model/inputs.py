@@ -15,6 +15,8 @@ import torch.nn as nn
 from tfcheck.errors import UsageError
 from tfcheck.model.declarations import MaskSpec
 from tfcheck.model.structure import forward_params, takes_torch_tgt_mask
+from tfcheck.model.user_code import user_code
+from tfcheck.probe.frames import innermost_user_frame, short_path
 
 if TYPE_CHECKING:
     from tfcheck.model.subject import Subject
@@ -198,7 +200,16 @@ def with_memory_padding_mask(subject: Subject, kwargs: dict) -> dict:
 # ----- declared input factories -----------------------------------------------------------------------
 
 def call_inputs_factory(factory: Any, batch: int, length: int, spec: str) -> tuple[tuple, dict]:
-    result = factory(batch, length)
+    try:
+        with user_code():
+            result = factory(batch, length)
+    except Exception as exc:
+        frame = innermost_user_frame(exc)
+        at = f" ({short_path(frame.filename)}:{frame.lineno})" if frame is not None else ""
+        raise UsageError(
+            f"the 'inputs' factory for {spec} raised {type(exc).__name__}: {exc}{at} when called as "
+            f"factory(batch={batch}, length={length}); it must take (batch, length) and return (args, kwargs)"
+        ) from None
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise UsageError(
             f"the 'inputs' factory for {spec} returned {type(result).__name__}; it must return (args, kwargs), "

@@ -30,8 +30,10 @@ def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int] | None:
     import torch
     import torch.nn as nn
 
+    from tfcheck.model.user_code import user_code
+
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), user_code():
             model = build()
     except Exception:  # noqa: BLE001 - any constructor failure here just means "measure it for real"
         return None

@@ -20,6 +20,7 @@ from typing import Any
 
 from tfcheck.errors import SpecError
 from tfcheck.model import names
+from tfcheck.model.user_code import UserExit, is_control_flow, user_code
 from tfcheck.probe.frames import innermost_user_frame
 
 #: Small values for the usual hyper-parameter names (tfcheck.model.names): distinct from each other (d_model
@@ -102,6 +103,8 @@ def import_target(target: str, base: Path | None = None) -> Any:
                 mod_spec.loader.exec_module(module)
             except BaseException as exc:
                 sys.modules.pop(name, None)
+                if is_control_flow(exc):  # pytest.importorskip in the model file skips; Ctrl-C stops
+                    raise
                 raise _import_failed(target, exc) from None
         return module
     with _on_path(base):
@@ -115,11 +118,18 @@ def import_target(target: str, base: Path | None = None) -> Any:
                 ) from None
             raise _import_failed(target, exc) from None
         except BaseException as exc:  # a SystemExit or a syntax error in user code is still a usage error
+            if is_control_flow(exc):
+                raise
             raise _import_failed(target, exc) from None
 
 
 def _import_failed(target: str, exc: BaseException) -> SpecError:
     where = _user_frame(exc)
+    if isinstance(exc, SystemExit):
+        return SpecError(
+            f"importing {target!r} called sys.exit({exc.code!r}){where}: the module runs a script when imported. "
+            'Put the script part under `if __name__ == "__main__":` so that importing it only defines the model.'
+        )
     return SpecError(
         f"importing {target!r} raised {type(exc).__name__}: {exc}{where}. Fix the error in that module "
         "(tfcheck imports it as Python would), then run again."
@@ -193,7 +203,10 @@ def build(origin: Any, spec: str, kwargs: dict[str, Any]) -> Loaded:
     filled = fill_arguments(origin, kwargs, spec)
     _refuse_if_too_large(origin, {**filled, **kwargs}, spec)
     try:
-        model = origin(**{**filled, **kwargs})
+        with user_code():
+            model = origin(**{**filled, **kwargs})
+    except UserExit as exc:
+        raise SpecError(f"constructing {spec} stopped: {exc}") from None
     except Exception as exc:
         given = {**filled, **kwargs}
         raise SpecError(

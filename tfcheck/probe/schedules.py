@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import torch
 
+from tfcheck.model.user_code import user_code
+
 #: Base rate given to a ``fn(optimizer) -> scheduler`` factory when ``lr`` is not declared: with 1.0 a
 #: LambdaLR that returns absolute rates (the Noam formula) yields those rates, and a multiplier schedule
 #: yields its multiplier.
@@ -139,7 +141,8 @@ def lr_curve(subject, schedule: Schedule, steps: int | None = None) -> Curve:
         # "lr_scheduler.step() before optimizer.step()": no optimizer step is taken here on purpose.
         warnings.simplefilter("ignore")
         try:
-            optimizer, scheduler = schedule.build()
+            with user_code():
+                optimizer, scheduler = schedule.build()
             if optimizer is None:
                 raise TypeError(f"the schedule returned {type(scheduler).__name__}, with no optimizer in it")
         except Exception as exc:
@@ -152,7 +155,8 @@ def lr_curve(subject, schedule: Schedule, steps: int | None = None) -> Curve:
             if scheduler is None or step == planned - 1:
                 continue
             try:
-                scheduler.step()
+                with user_code():
+                    scheduler.step()
             except Exception as exc:
                 curve.error, curve.error_step = f"{type(exc).__name__}: {exc}", step + 1
                 break
