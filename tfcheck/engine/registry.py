@@ -1,13 +1,21 @@
 """The registry of checks. A check is a small function ``fn(ctx) -> list[Finding]`` registered with an id
 (``family.name``), a title, the kinds of model it applies to and the troubleshooting rows it reports.
 
+A check says what it decided with the verdict helpers below (``passed``, ``failed``, ``warned``,
+``inconclusive``, ``not_applicable``) and why it does not apply with ``NotApplicable``: values, so nothing
+reads a status back out of a message.
+
 Adding a check: a new module in its family's folder ``tfcheck/checks/<family>/`` with one ``@check(...)``
 function, and its rows in ``tfcheck/data/table/<family>.toml``; ``tfcheck/checks/__init__.py`` finds it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, ClassVar
+
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ALL_KINDS = frozenset({"encoder", "decoder", "seq2seq", "attention", None})
 
@@ -24,10 +32,11 @@ class Check:
     #: "probe" checks look at forwards; "training" checks take optimiser steps on a copy, with a budget
     #: of their own (the train_steps declaration), reported apart from the probe battery's cost.
     group: str = "probe"
-    #: ``applies(subject) -> None`` when the check applies, else the reason it does not (e.g. "forward
+    #: ``applies(subject) -> None`` when the check applies, else ``NotApplicable(reason)`` (e.g. "forward
     #: takes no cache argument"); a check that does not apply is no item and no finding, only a line
-    #: among the report's assumptions.
-    applies: Callable | None = None
+    #: among the report's assumptions. Read from facts settled without a forward: collection decides the
+    #: pytest items from it.
+    applies: Callable[[Any], NotApplicable | None] | None = None
     #: the check builds its own probe inputs (perturbed tokens, padding), which a declared ``inputs``
     #: factory does not allow
     builds_inputs: bool = False
@@ -38,22 +47,89 @@ class Check:
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
 
-    def not_applicable(self, subject) -> str | None:
+    def not_applicable(self, subject: Any) -> NotApplicable | None:
         """Why the check does not apply to this subject, or None when it does."""
         if not self.applies_to(subject.kind):
-            return f"not for kind {subject.kind or 'unknown'}"
+            return NotApplicable(f"not for kind {subject.kind or 'unknown'}")
         if self.builds_inputs and subject.facts.inputs is not None:
-            return ("it builds its own probe inputs (perturbed or padded tokens), and this model's inputs come from "
-                    "the declared 'inputs' factory")
-        return self.applies(subject) if self.applies is not None else None
+            return NotApplicable("it builds its own probe inputs (perturbed or padded tokens), and this model's "
+                                 "inputs come from the declared 'inputs' factory")
+        if self.applies is None:
+            return None
+        why = self.applies(subject)
+        # A plain string is taken as the reason: checks written before NotApplicable existed return one.
+        return NotApplicable(why) if isinstance(why, str) else why
+
+
+# ----- verdicts -------------------------------------------------------------------------------------------
+# A check says what it decided with these, never by writing a status word into a message that other code reads
+# back: a reason is a value (NotApplicable, Inconclusive), and its text prefix exists only in the rendering.
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """The check does not apply to this model, and why (the reason alone, no prefix)."""
+
+    reason: str
+    PREFIX: ClassVar[str] = "not applicable"
+
+    def __str__(self) -> str:
+        return f"{self.PREFIX}: {self.reason}"
+
+    def finding(self, check_id: str, location: Location | None = None,
+                evidence: dict[str, Any] | None = None) -> Finding:
+        return Finding(check_id, Status.SKIP, str(self), location, evidence or {})
+
+
+@dataclass(frozen=True)
+class Inconclusive:
+    """The check ran but its measurement cannot decide (the positive control did not move, nothing to
+    measure was found), and why."""
+
+    reason: str
+    PREFIX: ClassVar[str] = "inconclusive"
+
+    def __str__(self) -> str:
+        return f"{self.PREFIX}: {self.reason}"
+
+    def finding(self, check_id: str, location: Location | None = None,
+                evidence: dict[str, Any] | None = None) -> Finding:
+        return Finding(check_id, Status.SKIP, str(self), location, evidence or {})
+
+
+def passed(check_id: str, message: str, location: Location | None = None,
+           evidence: dict[str, Any] | None = None) -> Finding:
+    return Finding(check_id, Status.PASS, message, location, evidence or {})
+
+
+def failed(check_id: str, message: str, location: Location | None = None, evidence: dict[str, Any] | None = None,
+           row: str | None = None) -> Finding:
+    return Finding(check_id, Status.FAIL, message, location, evidence or {}, row)
+
+
+def warned(check_id: str, message: str, location: Location | None = None, evidence: dict[str, Any] | None = None,
+           row: str | None = None) -> Finding:
+    return Finding(check_id, Status.WARN, message, location, evidence or {}, row)
+
+
+def inconclusive(check_id: str, reason: str, location: Location | None = None,
+                 evidence: dict[str, Any] | None = None) -> Finding:
+    """A skipped finding whose message reads "inconclusive: <reason>"."""
+    return Inconclusive(reason).finding(check_id, location, evidence)
+
+
+def not_applicable(check_id: str, reason: str, location: Location | None = None,
+                   evidence: dict[str, Any] | None = None) -> Finding:
+    """A skipped finding whose message reads "not applicable: <reason>" (for a check that finds out only while
+    measuring; one that knows beforehand says so with ``applies``)."""
+    return NotApplicable(reason).finding(check_id, location, evidence)
 
 
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, title: str, rows: tuple[str, ...], kinds=ALL_KINDS, order: int = 100,
-          group: str = "probe", applies: Callable | None = None, builds_inputs: bool = False,
-          shrink: Any = None) -> Callable:
+def check(id: str, title: str, rows: tuple[str, ...], kinds: Any = ALL_KINDS, order: int = 100,
+          group: str = "probe", applies: Callable[[Any], NotApplicable | None] | None = None,
+          builds_inputs: bool = False, shrink: Any = None) -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:

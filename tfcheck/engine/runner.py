@@ -15,7 +15,7 @@ from tfcheck.engine.budget import BudgetExceeded, time_budget
 from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.battery import all_checks
-from tfcheck.engine.registry import Check
+from tfcheck.engine.registry import Check, NotApplicable
 from tfcheck.model.usable import refuse_unusable
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
@@ -135,12 +135,12 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
     Those that do not apply are noted once among the subject's assumptions, with the reason."""
     checks = []
     for chk in all_checks():
-        reason = chk.not_applicable(subject)
-        if reason is None:
+        why_not = chk.not_applicable(subject)
+        if why_not is None:
             checks.append(chk)
-        elif chk.applies_to(subject.kind) and not any(a.key == "not applicable" and a.value == chk.id
+        elif chk.applies_to(subject.kind) and not any(a.key == NotApplicable.PREFIX and a.value == chk.id
                                                        for a in subject.assumptions):
-            subject.assumptions.append(Assumption("not applicable", chk.id, reason))
+            subject.assumptions.append(Assumption(NotApplicable.PREFIX, chk.id, why_not.reason))
     if only is not None:
         wanted = set(only)
         known = {c.id for c in all_checks()}
@@ -199,8 +199,10 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
 def blocked(chk: Check, smoke: CheckResult, fail: bool = False) -> CheckResult:
     first = smoke.findings[0]
     if fail:
+        # An ERROR of tfcheck stays an error (exit 3 with or without --only); the model's failure, a failure.
+        status = Status.ERROR if first.status is Status.ERROR else Status.FAIL
         return CheckResult(chk.id, chk.title, [Finding(
-            chk.id, Status.FAIL, f"{SMOKE} (not selected) failed, so {chk.id} cannot run: {first.message}",
+            chk.id, status, f"{SMOKE} (not selected) failed, so {chk.id} cannot run: {first.message}",
             first.location, {**first.evidence, "blocked_by": SMOKE}, first.row)])
     return CheckResult(chk.id, chk.title, [Finding(chk.id, Status.SKIP, f"blocked by {SMOKE}: {first.message}",
                                                    evidence={"blocked_by": SMOKE})])

@@ -19,7 +19,7 @@ import torch
 from tfcheck.probe.attention_sites import AttentionSite, record_sites
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import Inconclusive, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 
@@ -50,7 +50,7 @@ def attention_heads(ctx) -> list[Finding]:
         return [_skip("not applicable: the model takes fewer than 3 positions (max_len), too few to tell "
                       "one position from another")]
     problems: dict[str, Finding] = {}
-    notes: list[str] = []
+    notes: list[str | Inconclusive] = []
     checked = []
     for n, length in enumerate(lengths):
         args, kwargs, perturbations, stream_lengths = _probe_inputs(subject, length, seed=n)
@@ -78,11 +78,11 @@ def attention_heads(ctx) -> list[Finding]:
                         "perturbed": [f"{p.stream} position {p.position}" for p in perturbations]})
     if problems:
         return list(problems.values())
-    if notes and all(n.startswith("inconclusive") for n in notes):
-        return [_skip(notes[0], {"checked": checked})]
+    if notes and all(isinstance(n, Inconclusive) for n in notes):
+        return [_skip(str(notes[0]), {"checked": checked})]
     sites_text = ", ".join(f"{c['sites']} sites at length {c['length']}" for c in checked)
     return [Finding(ID, Status.PASS, f"heads keep positions apart and scores are (length_q, length_k) ({sites_text})",
-                    Location(module=""), {"checked": checked, "notes": notes})]
+                    Location(module=""), {"checked": checked, "notes": [str(n) for n in notes]})]
 
 
 def _skip(message: str, evidence: dict | None = None) -> Finding:
@@ -196,11 +196,12 @@ def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation) -> t
     return None
 
 
-def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, problems) -> tuple[Finding | None, str | None]:
+def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation,
+                 problems) -> tuple[Finding | None, str | Inconclusive | None]:
     first = _first_reached(sites, batch, p)
     if first is None:
-        return None, (f"inconclusive: changing {p.stream} position {p.position} changed q, k and v at no attention "
-                      "site, so the split could not be judged")
+        return None, Inconclusive(f"changing {p.stream} position {p.position} changed q, k and v at no attention "
+                                  "site, so the split could not be judged")
     site, tensors = first
     if not tensors:
         return None, f"the first attention reached by the {p.stream} ('{_name(site.module)}') has no q/k/v of that length"
@@ -221,7 +222,8 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, proble
     if not mixed:
         control = max(e["positive_control_change"] for e in evidence.values())
         if control <= min(e["tolerance"] for e in evidence.values()):
-            return None, f"inconclusive: q, k, v at '{_name(site.module)}' did not change at {p.stream} position {p.position}"
+            return None, Inconclusive(f"q, k, v at '{_name(site.module)}' did not change at {p.stream} position "
+                                      f"{p.position}")
         return None, f"q, k, v at '{_name(site.module)}' changed at {p.stream} position {p.position} only"
     base = {"perturbed": f"{p.stream} position {p.position} of {p.length}", "site": site.module, **evidence}
     if spread:

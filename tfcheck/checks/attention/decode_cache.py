@@ -17,7 +17,7 @@ from tfcheck.engine.context import ModelRaised
 from tfcheck.errors import UsageError
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA, forward_params
 
@@ -33,16 +33,17 @@ DECODE_STEPS = 2
 BATCH = 2
 
 
-def _not_applicable(subject) -> str | None:
+def _not_applicable(subject) -> NotApplicable | None:
     if not any(n in forward_params(subject.model) for n in CACHE_ARGS):
-        return f"forward takes no cache argument (looked for {', '.join(CACHE_ARGS)})"
+        return NotApplicable(f"forward takes no cache argument (looked for {', '.join(CACHE_ARGS)})")
     if subject.facts.causal is False:
-        return (f"the model is not causal ({_causal_source(subject)}), so decoding one token at a time is not "
-                "meant to match a full forward")
+        return NotApplicable(f"the model is not causal ({_causal_source(subject)}), so decoding one token at a time "
+                             "is not meant to match a full forward")
     if subject.facts.inputs is not None:
-        return "the model's inputs come from a declared 'inputs' factory, so tfcheck cannot feed it one token at a time"
+        return NotApplicable("the model's inputs come from a declared 'inputs' factory, so tfcheck cannot feed it "
+                             "one token at a time")
     if subject.probe_length(LENGTH) < 2:
-        return "the model takes a single position (max_len)"
+        return NotApplicable("the model takes a single position (max_len)")
     return None
 
 

@@ -18,7 +18,7 @@ import torch
 
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.flow import ROUNDING, tolerance
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 
@@ -37,11 +37,11 @@ FAIL_MARGIN = 10.0
 #: the output's scale); between the two it is a real, faint signal (XLNet's relative positions at init).
 FAINT = 50.0
 
-def _applies(subject) -> str | None:
+def _applies(subject) -> NotApplicable | None:
     if subject.facts.takes_features:
-        return FEATURES_NOTE
+        return NotApplicable(FEATURES_NOTE)
     if subject.probe_length() < 3:
-        return "the model's max_len leaves no room to permute positions"
+        return NotApplicable("the model's max_len leaves no room to permute positions")
     return None
 
 

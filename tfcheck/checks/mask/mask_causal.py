@@ -20,7 +20,7 @@ from tfcheck.checks.mask.causal_examples import SHRINK, takes_torch_tgt_mask
 from tfcheck.checks.mask.causal_patterns import PATTERNS, OpClues, largest_change, shape_pattern
 from tfcheck.explainers import shrinking
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.report.status import Status
 
 ID = "mask.causal"
@@ -46,9 +46,9 @@ class Measurement:
     non_finite_positions: list[int] = field(default_factory=list)
 
 
-def _applies(subject) -> str | None:
-    why_not = _not_applicable(subject)
-    return why_not[len("not applicable: "):] if why_not and why_not.startswith("not applicable") else None
+def _applies(subject) -> NotApplicable | None:
+    why_not = _cannot_judge(subject)
+    return why_not if isinstance(why_not, NotApplicable) else None
 
 
 @check(ID, "the output at t does not depend on later positions", rows=ROWS, kinds=("decoder", "seq2seq", None),
@@ -60,9 +60,9 @@ def mask_causal(ctx) -> list[Finding]:
     past must change them (positive control). On a leak: the leak map, the largest change, the first layer
     that shows it and the named pattern."""
     subject = ctx.subject
-    why_not = _not_applicable(subject)
-    if why_not:
-        return [Finding(ID, Status.SKIP, why_not, evidence={"causal": subject.facts.causal, "kind": subject.kind})]
+    why_not = _cannot_judge(subject)
+    if why_not is not None:
+        return [why_not.finding(ID, evidence={"causal": subject.facts.causal, "kind": subject.kind})]
     lengths = _lengths(subject)
     if not lengths:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={subject.facts.max_len} leaves no sequence of "
@@ -85,15 +85,17 @@ def mask_causal(ctx) -> list[Finding]:
     return [_pass_finding(subject, measures)]
 
 
-def _not_applicable(subject) -> str | None:
+def _cannot_judge(subject) -> NotApplicable | Inconclusive | None:
+    """Why the check cannot judge this model, read from its facts before any forward: not applicable (no item),
+    or inconclusive (an item that reports why)."""
     if subject.facts.inputs is not None:
-        return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot perturb "
-                "single positions")
+        return NotApplicable("the inputs come from the declared 'inputs' factory, so tfcheck cannot perturb single "
+                             "positions")
     if subject.facts.causal is False:
-        return (f"not applicable: causal=false ({subject.source_of('causal') or 'declared'}); a model of kind {subject.kind} that "
-                "is not causal may see the whole sequence")
+        return NotApplicable(f"causal=false ({subject.source_of('causal') or 'declared'}); a model of kind "
+                             f"{subject.kind} that is not causal may see the whole sequence")
     if subject.kind is None and subject.facts.takes_features is False and subject.facts.vocab_size is None:
-        return "inconclusive: vocab_size is unknown, so tfcheck cannot draw other tokens; declare vocab_size"
+        return Inconclusive("vocab_size is unknown, so tfcheck cannot draw other tokens; declare vocab_size")
     return None
 
 

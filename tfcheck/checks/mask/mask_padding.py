@@ -19,7 +19,7 @@ from tfcheck.ui import leakmap
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, padded_inputs
 from tfcheck.explainers import shrinking
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.report.status import Status
 
 ID = "mask.padding"
@@ -44,9 +44,9 @@ PATTERNS = {
 }
 
 
-def _applies(subject) -> str | None:
+def _applies(subject) -> NotApplicable | None:
     mode = _mode(subject)
-    return mode[len("not applicable: "):] if mode.startswith("not applicable") else None
+    return mode if isinstance(mode, NotApplicable) else None
 
 
 @check(ID, "real tokens' outputs do not depend on padded positions", rows=ROWS,
@@ -59,9 +59,8 @@ def mask_padding(ctx) -> list[Finding]:
     A seq2seq model is padded on the source side; its decoder output is judged."""
     subject = ctx.subject
     mode = _mode(subject)
-    if mode.startswith("not applicable") or mode.startswith("inconclusive"):
-        return [Finding(ID, Status.SKIP, mode, evidence={"mask": str(subject.facts.mask),
-                                                         "pad_id": subject.facts.pad_id})]
+    if isinstance(mode, (NotApplicable, Inconclusive)):
+        return [mode.finding(ID, evidence={"mask": str(subject.facts.mask), "pad_id": subject.facts.pad_id})]
     n = subject.probe_length(LENGTH)
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
@@ -69,24 +68,24 @@ def mask_padding(ctx) -> list[Finding]:
     return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)), SHRINK)]
 
 
-def _mode(subject) -> str:
+def _mode(subject) -> str | NotApplicable | Inconclusive:
     """argument | internal | undeclared (pad_id known, no mask declared), or why the check cannot run."""
     mask = subject.facts.mask
     if subject.facts.inputs is not None:
-        return ("not applicable: the inputs come from the declared 'inputs' factory, so tfcheck cannot place "
-                "padding in them")
+        return NotApplicable("the inputs come from the declared 'inputs' factory, so tfcheck cannot place padding "
+                             "in them")
     if mask.argument is not None:
         return "argument"
     if subject.facts.takes_features:
-        return ("not applicable: the model takes features and no padding mask; declare mask=ARG:CONVENTION if a "
-                "forward argument takes one")
+        return NotApplicable("the model takes features and no padding mask; declare mask=ARG:CONVENTION if a "
+                             "forward argument takes one")
     if mask.convention == "internal":
         if subject.facts.pad_id is None:
-            return "inconclusive: mask=internal but pad_id is unknown; declare pad_id"
+            return Inconclusive("mask=internal but pad_id is unknown; declare pad_id")
         return "internal"
     if subject.facts.pad_id is not None and "mask" not in subject.declared:
         return "undeclared"
-    return ("not applicable: the model takes no padding mask; declare mask=ARG:CONVENTION or pad_id")
+    return NotApplicable("the model takes no padding mask; declare mask=ARG:CONVENTION or pad_id")
 
 
 def _layout(n: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch.nn as nn
 from tfcheck.probe import recorded_probe
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.numerics import ADDS
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 
 ID = "embedding.scale"
@@ -27,9 +27,9 @@ ROW = "embedding-position-imbalance"
 DROWNS = 3.0
 
 
-def _not_applicable(subject) -> str | None:
+def _not_applicable(subject) -> NotApplicable | None:
     if subject.kind == "attention" or subject.facts.takes_features:
-        return "the model takes features, not token ids: it embeds nothing"
+        return NotApplicable("the model takes features, not token ids: it embeds nothing")
     return None
 
 

@@ -14,7 +14,7 @@ import torch.nn as nn
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.numerics import NonFiniteTracker, Producer, all_finite
 from tfcheck.probe.recorder import Recorder
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 
@@ -23,17 +23,17 @@ ROW = "nan-from-masked-row"
 LENGTH = 8
 
 
-def _not_applicable(subject) -> str | None:
+def _not_applicable(subject) -> NotApplicable | None:
     if subject.kind == "attention":
-        return "an attention module takes no padding mask tfcheck can build"
+        return NotApplicable("an attention module takes no padding mask tfcheck can build")
     mask = subject.facts.mask
     if mask is not None and mask.argument is not None:
         return None
     if mask is not None and mask.convention == "internal" and subject.facts.pad_id is not None \
             and not subject.facts.takes_features:
         return None
-    return ("the model takes no padding mask and its pad id is unknown, so tfcheck cannot build a padded batch "
-            "(declare mask=ARG:keep|pad|additive, or mask=internal with pad_id=INT)")
+    return NotApplicable("the model takes no padding mask and its pad id is unknown, so tfcheck cannot build a "
+                         "padded batch (declare mask=ARG:keep|pad|additive, or mask=internal with pad_id=INT)")
 
 
 @check(ID, "padded batches (with a fully padded row) give finite outputs and gradients", rows=(ROW,), order=64,

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.flow import change_per_position, tolerance
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 
 ID = "embedding.padding"
@@ -18,13 +18,14 @@ PADS = 2
 DELTA = 1.0
 
 
-def _not_applicable(subject) -> str | None:
+def _not_applicable(subject) -> NotApplicable | None:
     if subject.facts.takes_features or subject.facts.inputs is not None:
-        return "the model does not take token ids"
+        return NotApplicable("the model does not take token ids")
     if subject.facts.pad_id is None:
-        return "no pad token (pad_id is unknown); declare pad_id=INT if the model is trained on padded batches"
+        return NotApplicable("no pad token (pad_id is unknown); declare pad_id=INT if the model is trained on "
+                             "padded batches")
     if not _token_embeddings(subject):
-        return f"no nn.Embedding with vocab_size={subject.facts.vocab_size} rows"
+        return NotApplicable(f"no nn.Embedding with vocab_size={subject.facts.vocab_size} rows")
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.probe.schedules import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
 
@@ -22,7 +22,7 @@ SLACK = 1e-6
 @check(ID, "the learning-rate schedule warms up to its peak without an exception, NaN, zero or endless rise",
        rows=("lr-schedule-raises", "lr-schedule-invalid", "lr-stuck-at-zero", "lr-zero-first-step",
              "lr-warmup-not-rising", "lr-rises-after-warmup", "lr-peak-implausible"),
-       order=80, applies=lambda subject: None if find_schedule(subject) is not None else NO_SCHEDULE)
+       order=80, applies=lambda subject: None if find_schedule(subject) is not None else NotApplicable(NO_SCHEDULE))
 def lr_warmup(ctx) -> list[Finding]:
     """Build the declared schedule (a factory fn(optimizer) -> scheduler or fn(params) -> (optimizer,
     scheduler), or the model's configure_optimizers) on a one-element dummy parameter and step the

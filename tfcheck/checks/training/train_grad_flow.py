@@ -15,7 +15,7 @@ import torch
 
 from tfcheck.report.findings import Finding, Location
 from tfcheck.probe.numerics import all_finite
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.training import random_projection_loss
@@ -28,7 +28,7 @@ ZERO_SHARE = 1e-12
 @check(ID, "one backward gives every trainable parameter a finite gradient",
        rows=("param-gets-no-gradient", "gradient-not-finite"), order=86,
        applies=lambda s: None if any(p.requires_grad for p in s.model.parameters()) else
-       "every parameter is frozen (requires_grad=False): there is no gradient to flow")
+       NotApplicable("every parameter is frozen (requires_grad=False): there is no gradient to flow"))
 def train_grad_flow(ctx) -> list[Finding]:
     """One forward with the graph kept (the probe inputs) and one backward of sum_i <output_i, R_i> over
     the float outputs, R_i fixed random. A parameter with no gradient (autograd.grad gives None: not in

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.training import lm_logits
@@ -23,17 +23,18 @@ ID = "train.loss_at_init"
 EXCESS_TOLERANCE = 1.0
 
 
-def _no_head(subject) -> str | None:
+def _no_head(subject) -> NotApplicable | None:
     """Why the model has no language-model head, read from its kind and structure (before any forward)."""
     vocab = subject.facts.output_vocab_size
     if vocab is None:
-        return "vocab_size is unknown, so there is no ln(vocab_size) to compare with (declare vocab_size=INT)"
+        return NotApplicable("vocab_size is unknown, so there is no ln(vocab_size) to compare with (declare "
+                             "vocab_size=INT)")
     if subject.kind in ("decoder", "seq2seq") and not subject.facts.takes_features:
         return None
     if any(isinstance(m, nn.Linear) and m.out_features == vocab for m in subject.model.modules()):
         return None
-    return (f"no language-model head: kind={subject.kind or 'unknown'} and no Linear projects to vocab_size={vocab} "
-            "(declare kind=decoder if the model outputs logits)")
+    return NotApplicable(f"no language-model head: kind={subject.kind or 'unknown'} and no Linear projects to "
+                         f"vocab_size={vocab} (declare kind=decoder if the model outputs logits)")
 
 
 @check(ID, "the initial cross-entropy of an LM head on random tokens is near ln(vocab_size)",

@@ -13,7 +13,7 @@ import math
 import torch
 
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
+from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.report.status import Status
 from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
                                     label_argument, labelled_inputs, own_loss)
@@ -27,13 +27,14 @@ LEAK_SHARE = 0.75
 SUSPECT_SHARE = 0.9
 
 
-def _not_applicable(subject) -> str | None:
+def _not_applicable(subject) -> NotApplicable | None:
     if label_argument(subject) is None:
-        return ("the model does not compute its own loss (no labels / targets argument in forward); the loss you "
-                "compute from its output is yours to shift")
+        return NotApplicable("the model does not compute its own loss (no labels / targets argument in forward); "
+                             "the loss you compute from its output is yours to shift")
     if subject.facts.causal is not True:
-        return (f"not causal (causal={subject.facts.causal}, kind={subject.kind or 'unknown'}): a masked LM's labels "
-                "are its own inputs by design. Declare causal=true (or kind=decoder) if it predicts the next token")
+        return NotApplicable(f"not causal (causal={subject.facts.causal}, kind={subject.kind or 'unknown'}): a "
+                             "masked LM's labels are its own inputs by design. Declare causal=true (or kind=decoder) "
+                             "if it predicts the next token")
     return None
 
 
