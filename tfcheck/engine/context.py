@@ -31,6 +31,7 @@ from tfcheck.probe.module_stack import tracking
 from tfcheck.model.inputs import batch_length
 from tfcheck.model.outputs import infer_output
 from tfcheck.model.subject import Subject
+from tfcheck.model.user_code import user_code
 from tfcheck.report.report import Cost
 
 
@@ -100,7 +101,8 @@ class CheckContext:
         with tracking(model) as stack, torch.set_grad_enabled(grad):
             try:
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
-                return model(*args, **kwargs)
+                with user_code():
+                    return model(*args, **kwargs)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc
 
