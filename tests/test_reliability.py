@@ -725,3 +725,57 @@ def test_construction_does_not_consume_the_callers_python_or_numpy_rng(tmp_path,
     second = tfcheck.run_checks("numpy_init.py:NumpyInit", only=["train.loss_at_init"])
     evidence = [r.result("train.loss_at_init").findings[0].evidence for r in (first.models[0], second.models[0])]
     assert evidence[0] == evidence[1]  # the same weights whatever state the generators were in
+
+
+# ----- refused before any battery runs; duplicates ----------------------------------------------------------
+
+@pytest.mark.parametrize("argv,needle", [
+    (["check", LM, "nosuch_module_q:Model"], "cannot import module 'nosuch_module_q'"),  # a bad second spec
+    (["check", LM, "--only", ",,"], "--only ',,' names no check"),
+    (["check", LM, "--json="], "--json needs a PATH"),
+    (["check", LM, "--images"], "--images draws the leak maps next to the JSON report: give --json PATH too"),
+])
+def test_bad_options_are_refused_before_the_first_battery_runs(argv, needle, capsys):
+    assert main(argv) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and needle in err  # no report printed: nothing ran
+
+
+DUPLICATE_ENTRIES = """
+[[tool.tfcheck.models]]
+spec = "reference_model:TransformerLM"
+kind = "decoder"
+
+[[tool.tfcheck.models]]
+spec = "reference_model:TransformerLM"
+probe_len = 9
+"""
+
+
+def test_two_pyproject_entries_with_one_spec_are_a_usage_error_in_cli_and_pytest(pytester, capsys, monkeypatch):
+    pytester.makefile(".toml", pyproject=DUPLICATE_ENTRIES)
+    needle = "#1 and #2 both have spec = 'reference_model:TransformerLM': merge them into one entry"
+    result = pytester.runpytest("--tfcheck-all")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and needle in result.stderr.str()
+    monkeypatch.chdir(pytester.path)
+    assert main(["check", "--all"]) == EXIT_USAGE and needle in capsys.readouterr().err
+
+
+def test_a_spec_given_twice_is_checked_once(pytester):
+    result = pytester.runpytest("--tfcheck", LM, "--tfcheck", LM, "-k", "smoke or contract")
+    result.assert_outcomes(passed=2, deselected=len(applicable_checks(load_subject(LM))) - 2)
+    assert "given more than once: checked once" in result.stdout.str() + result.stderr.str()
+
+
+def test_an_error_of_tfcheck_in_forward_smoke_exits_3_with_or_without_only(monkeypatch, capsys):
+    from tfcheck.engine import battery, registry
+
+    smoke = battery.get("forward.smoke")
+
+    def broken_smoke(ctx):
+        raise RuntimeError("a bug in the smoke check")
+
+    monkeypatch.setitem(registry._REGISTRY, "forward.smoke",
+                        registry.Check(smoke.id, smoke.title, smoke.kinds, smoke.rows, broken_smoke, smoke.doc, 0))
+    assert main(["check", LM]) == 3
+    assert main(["check", LM, "--only", "shape.contract"]) == 3

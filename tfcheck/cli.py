@@ -94,14 +94,28 @@ def _check(args) -> int:
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     pyproject = find_pyproject(Path.cwd())
-    specs = list(args.specs) or ([] if args.all else list(REFERENCE_SPECS))
+    from tfcheck.model.project_config import unique_specs
+    from tfcheck.model.spec import import_target, resolve_attr, split_spec
+
+    specs, repeated = unique_specs(list(args.specs) or ([] if args.all else list(REFERENCE_SPECS)))
+    if repeated:
+        print(f"tfcheck: {', '.join(sorted(set(repeated)))} given more than once: checked once", file=sys.stderr)
     if args.all:
         entries = model_entries(pyproject)
         if not entries:
             raise UsageError(f"--all: no [[tool.tfcheck.models]] entries in {pyproject or 'pyproject.toml (none found)'}")
         specs += [s for s, _ in entries if s not in specs]
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only is not None else None
+    if only == []:
+        raise UsageError(f"--only {args.only!r} names no check; give check ids separated by commas (tfcheck list)")
+    if args.json == "":
+        raise UsageError("--json needs a PATH (--json report.json)")
+    if args.images and not args.json:
+        raise UsageError("--images draws the leak maps next to the JSON report: give --json PATH too")
     json_path = writable_path(args.json, "--json") if args.json else None  # refused before the battery runs
+    for spec in specs:  # every spec imports and names something before the first battery runs
+        target, attr = split_spec(spec)
+        resolve_attr(import_target(target), target, attr)
     report = Report()
     for spec in specs:
         subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
@@ -115,8 +129,6 @@ def _check(args) -> int:
         write_report(json_path, report.to_json(), "--json")
         if args.images:
             _write_images(report, json_path)
-    elif args.images:
-        raise UsageError("--images draws the leak maps next to the JSON report: give --json PATH too")
     if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
         return EXIT_ERROR
     return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK

@@ -67,13 +67,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if not (opt.tfcheck or opt.tfcheck_all):
         return
     from tfcheck.model import declarations as decl
-    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries, unique_specs
     from tfcheck.model.spec import split_spec
 
     try:
         cli = dict(decl.parse_assignment(text, "--tfcheck-set") for text in opt.tfcheck_set)
         pyproject = find_pyproject(config.rootpath)
-        specs = [(s, declarations_for(s, pyproject)) for s in opt.tfcheck]
+        given, repeated = unique_specs(list(opt.tfcheck))
+        if repeated:
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"tfcheck: --tfcheck {', '.join(sorted(set(repeated)))} given more than once: checked once"), 2)
+        specs = [(s, declarations_for(s, pyproject)) for s in given]
         if opt.tfcheck_all:
             entries = model_entries(pyproject)
             if not entries:
@@ -84,6 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
             split_spec(spec)
     except TfcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if opt.tfcheck_json == "":
+        raise pytest.UsageError("--tfcheck-json needs a PATH (--tfcheck-json report.json)")
     if opt.tfcheck_images and not opt.tfcheck_json:
         raise pytest.UsageError("--tfcheck-images draws the leak maps beside the JSON report: give --tfcheck-json PATH")
     json_path = None
