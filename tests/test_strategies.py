@@ -1,4 +1,4 @@
-"""tfcheck.model.strategies: the public hypothesis strategies keep tfcheck's conventions (keep mask True = real, a real
+"""tfcheck.strategies: the public hypothesis strategies keep tfcheck's conventions (keep mask True = real, a real
 token in every sample, real ids never the pad id) and shrink to the simplest input."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import tfcheck
-from tfcheck.model import strategies as tst
+from tfcheck import strategies as tst
 from helpers import nn_encoder, nn_transformer
 
 FAST = settings(max_examples=40, deadline=None, database=None, derandomize=True,

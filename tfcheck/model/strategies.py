@@ -1,12 +1,13 @@
 """Hypothesis strategies for property tests of Transformer models: batch sizes, lengths, padding patterns,
-token ids, padded batches, and ready-made forward inputs for a model as tfcheck sees it.
+token ids and padded batches (``tfcheck.strategies`` adds ready-made forward inputs for a model as tfcheck
+sees it, ``model_inputs``).
 
 tfcheck draws from these itself when a mask or batch check fails, to shrink the failure to the smallest
 input that still shows it (tfcheck.explainers.shrinking). They are public so that your own ``@given`` tests draw
 inputs the same way::
 
     from hypothesis import given
-    from tfcheck.model import strategies as tst
+    from tfcheck import strategies as tst
 
     @given(tst.padded_batches(vocab_size=101, pad_id=0, max_batch=3, max_len=8))
     def test_no_nan_at_real_positions(batch):
@@ -21,7 +22,6 @@ sequence), token id 0 (or 1 when 0 is the pad id).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -35,14 +35,14 @@ MAX_SEED = 2**16 - 1
 
 def batch_sizes(min_batch: int = 1, max_batch: int = 4) -> st.SearchStrategy[int]:
     """Batch sizes from ``min_batch`` to ``max_batch``, shrinking to ``min_batch``."""
-    _require(1 <= min_batch <= max_batch, f"batch_sizes(min_batch={min_batch}, max_batch={max_batch}): "
+    require(1 <= min_batch <= max_batch, f"batch_sizes(min_batch={min_batch}, max_batch={max_batch}): "
              "need 1 <= min_batch <= max_batch")
     return st.integers(min_batch, max_batch)
 
 
 def lengths(min_len: int = 1, max_len: int = 16) -> st.SearchStrategy[int]:
     """Sequence lengths from ``min_len`` to ``max_len``, shrinking to ``min_len``."""
-    _require(1 <= min_len <= max_len, f"lengths(min_len={min_len}, max_len={max_len}): need 1 <= min_len <= max_len")
+    require(1 <= min_len <= max_len, f"lengths(min_len={min_len}, max_len={max_len}): need 1 <= min_len <= max_len")
     return st.integers(min_len, max_len)
 
 
@@ -58,9 +58,9 @@ def padding_patterns(length: int, *, side: str = "any", min_pads: int = 0) -> st
     ``side``: ``"right"`` pads at the end (the Hugging Face tokenizers' default), ``"left"`` at the start
     (decoder-only batches for generation), ``"any"`` anywhere, in any number of runs.
     """
-    _require(side in SIDES, f"padding_patterns(side={side!r}): side is one of {', '.join(SIDES)}")
-    _require(length >= 1, f"padding_patterns(length={length}): length must be at least 1")
-    _require(0 <= min_pads <= length - 1, f"padding_patterns(length={length}, min_pads={min_pads}): at most "
+    require(side in SIDES, f"padding_patterns(side={side!r}): side is one of {', '.join(SIDES)}")
+    require(length >= 1, f"padding_patterns(length={length}): length must be at least 1")
+    require(0 <= min_pads <= length - 1, f"padding_patterns(length={length}, min_pads={min_pads}): at most "
              f"{length - 1} pads fit beside one real token")
     if side == "right":
         return st.integers(min_pads, length - 1).map(lambda pads: (True,) * (length - pads) + (False,) * pads)
@@ -76,7 +76,7 @@ def padding_patterns(length: int, *, side: str = "any", min_pads: int = 0) -> st
 def padding_masks(batch: int, length: int, *, side: str = "any", min_pads: int = 0) -> st.SearchStrategy[torch.Tensor]:
     """(batch, length) bool keep masks, True = real token: one ``padding_patterns`` per sample, drawn
     independently (samples padded differently is where a mask laid out for the wrong sample shows)."""
-    _require(batch >= 1, f"padding_masks(batch={batch}): batch must be at least 1")
+    require(batch >= 1, f"padding_masks(batch={batch}): batch must be at least 1")
     rows = st.lists(padding_patterns(length, side=side, min_pads=min_pads), min_size=batch, max_size=batch)
     return rows.map(lambda r: torch.tensor(r, dtype=torch.bool))
 
@@ -85,14 +85,14 @@ def token_ids(batch: int, length: int, vocab_size: int, *, pad_id: int | None = 
               keep: torch.Tensor | None = None) -> st.SearchStrategy[torch.Tensor]:
     """(batch, length) int64 token ids below ``vocab_size``: real ids are never ``pad_id``; where ``keep``
     (a (batch, length) bool mask) is False the id is ``pad_id``."""
-    _require(vocab_size >= 2 or (vocab_size >= 1 and pad_id is None),
+    require(vocab_size >= 2 or (vocab_size >= 1 and pad_id is None),
              f"token_ids(vocab_size={vocab_size}): the vocabulary needs at least one id besides pad_id")
-    _require(pad_id is None or 0 <= pad_id < vocab_size,
+    require(pad_id is None or 0 <= pad_id < vocab_size,
              f"token_ids(pad_id={pad_id}): pad_id must be an id of the vocabulary (0 <= pad_id < {vocab_size})")
     if keep is not None:
-        _require(tuple(keep.shape) == (batch, length), f"token_ids: keep has shape {tuple(keep.shape)}, "
+        require(tuple(keep.shape) == (batch, length), f"token_ids: keep has shape {tuple(keep.shape)}, "
                  f"expected ({batch}, {length})")
-        _require(pad_id is not None or bool(keep.all()), "token_ids: keep has pads but pad_id is None; give pad_id")
+        require(pad_id is not None or bool(keep.all()), "token_ids: keep has pads but pad_id is None; give pad_id")
     real = st.integers(0, vocab_size - 1 - (pad_id is not None))
     if pad_id is not None:  # skip the pad id: ids at and above it move up by one
         real = real.map(lambda i: i + (i >= pad_id))
@@ -127,7 +127,7 @@ def padded_batches(vocab_size: int, *, pad_id: int, min_batch: int = 1, max_batc
                    max_len: int = 16, side: str = "any", min_pads: int = 0) -> st.SearchStrategy[PaddedBatch]:
     """Padded batches: a batch size, a length, a padding pattern per sample and real token ids, the pads
     holding ``pad_id``. ``min_pads`` pads at least per sample (so at least ``min_pads + 1`` positions)."""
-    _require(pad_id is not None, "padded_batches: give pad_id (the id the pads hold)")
+    require(pad_id is not None, "padded_batches: give pad_id (the id the pads hold)")
 
     @st.composite
     def draw_batch(draw) -> PaddedBatch:
@@ -139,77 +139,7 @@ def padded_batches(vocab_size: int, *, pad_id: int, min_batch: int = 1, max_batc
     return draw_batch()
 
 
-@dataclass(frozen=True)
-class ModelInputs:
-    """One forward's inputs for a model, laid out as its forward takes them: ``model(*args, **kwargs)``.
-    ``tokens`` (or features) and ``keep`` are the batch before conversion to the model's mask convention;
-    ``target`` the decoder input of a seq2seq model."""
-
-    args: tuple
-    kwargs: dict
-    tokens: torch.Tensor
-    keep: torch.Tensor
-    target: torch.Tensor | None = None
-
-
-def model_inputs(model_or_subject: Any, *, min_batch: int = 1, max_batch: int = 4, min_len: int = 1,
-                 max_len: int = 16, padding: bool = True, side: str = "any",
-                 **declarations: Any) -> st.SearchStrategy[ModelInputs]:
-    """Forward inputs for a model, as tfcheck builds them: what the model takes (token ids or features, a
-    target for seq2seq models), its padding mask in the model's own convention (keep, pad or additive,
-    or pad ids where the model builds the mask from pad_id), from what tfcheck reads off the model and
-    the ``declarations`` (the keyword arguments of ``tfcheck.run_checks``).
-
-    ``model_or_subject``: a spec string, a module class or factory, an instance, or a tfcheck Subject.
-    With ``padding=False``, or for a model that takes no padding, every position is real.
-    """
-    subject = _subject(model_or_subject, declarations)
-    can_pad = padding and _pads_reach(subject)
-
-    @st.composite
-    def draw_inputs(draw) -> ModelInputs:
-        b = draw(batch_sizes(min_batch, max_batch))
-        n = draw(lengths(min_len, max_len))
-        keep = draw(padding_masks(b, n, side=side)) if can_pad and n > 1 else torch.ones(b, n, dtype=torch.bool)
-        gen = torch.Generator().manual_seed(draw(seeds()))
-        primary = subject.random_primary(b, n, gen)
-        pad_id = subject.facts.pad_id
-        if pad_id is not None and not primary.is_floating_point():
-            primary = torch.where(keep.to(primary.device), primary, torch.full_like(primary, pad_id))
-        target = None
-        if subject.takes_target:
-            target = subject.random_primary(b, n, gen)
-        args, kwargs = subject.to_model_layout(*subject.inputs_for(primary, target, keep=keep.to(primary.device)))
-        return ModelInputs(args, kwargs, primary, keep, target)
-
-    return draw_inputs()
-
-
-def _subject(model_or_subject: Any, declarations: dict):
-    from tfcheck.model.subject import Subject
-
-    if isinstance(model_or_subject, Subject):
-        _require(not declarations, "model_inputs: declarations go to the Subject when it is built, not here")
-        return model_or_subject
-    from tfcheck.engine.runner import load_declared
-
-    subject = load_declared(model_or_subject, declarations, "model_inputs() argument")
-    if subject.facts.inputs is not None or subject.kind == "attention":
-        raise UsageError(f"model_inputs: {subject.spec} takes inputs tfcheck does not build (a declared 'inputs' "
-                         "factory, or a bare attention module); draw its inputs with your own strategy")
-    return subject
-
-
-def _pads_reach(subject) -> bool:
-    """Whether padding can be given to the model: a mask argument, or pad ids it builds its mask from."""
-    mask = subject.facts.mask
-    if mask is not None and mask.argument is not None:
-        return True
-    if mask is not None and mask.convention == "none" and "mask" in subject.declared:
-        return False  # declared: the model takes no padding
-    return subject.facts.pad_id is not None and not subject.facts.takes_features
-
-
-def _require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:
+    """Refuse a bad argument of a strategy with a message (not an assert: python -O strips those)."""
     if not ok:
         raise UsageError(message)
