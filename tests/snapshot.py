@@ -12,8 +12,9 @@ import os
 import re
 import site
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import tfcheck
 

@@ -12,10 +12,10 @@ import pytest
 
 import tfcheck
 from tfcheck import cli
-from tfcheck.ui import annotations
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import CheckResult, ModelReport, Report
 from tfcheck.report.status import Status
+from tfcheck.ui import annotations
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CI_PAGE = DOCS / "ci.md"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tfcheck import cli, plugin
+from tfcheck.engine import battery
 from tfcheck.model import declarations
-from tfcheck.engine import battery, registry
 from tfcheck.report import table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

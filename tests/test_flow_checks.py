@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 import tfcheck
+from helpers import nn_encoder, nn_transformer, result
 from reference_model.broken import flow as broken
 from tfcheck import Status
-from helpers import nn_encoder, nn_transformer, result
 
 CHECKS = ("batch.independence", "position.sensitivity", "cross.dependence")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import tfcheck
+from helpers import nn_encoder, nn_transformer, result
 from reference_model import broken
 from tfcheck import Status
 from tfcheck.probe.attention_sites import Operand
-from helpers import nn_encoder, nn_transformer, result
 
 HEADS, CACHE = "attention.heads", "decode.cache"
 

@@ -54,8 +54,9 @@ def test_the_public_explain_function_is_not_shadowed_by_a_subpackage():
 
 def test_no_module_is_over_400_lines():
     # One idea per module: a module that grows past this is doing two things (the god modules were 600-800).
-    import tfcheck
     from pathlib import Path
+
+    import tfcheck
 
     root = Path(tfcheck.__file__).parent
     long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}

@@ -9,10 +9,10 @@ import torch
 from rich.console import Console
 
 import tfcheck
+from helpers import nn_encoder, nn_transformer, result
 from reference_model import broken
 from tfcheck import Status
 from tfcheck.ui import leakmap
-from helpers import nn_encoder, nn_transformer, result
 
 CAUSAL, PADDING = "mask.causal", "mask.padding"
 

@@ -6,8 +6,9 @@ caught by the right check with the right troubleshooting row: "no failure" is no
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -7,10 +7,10 @@ import pytest
 import torch.nn as nn
 
 import tfcheck
-from tfcheck.probe import recorded_probe
+from helpers import result
 from reference_model import broken
 from tfcheck import Status
-from helpers import result
+from tfcheck.probe import recorded_probe
 
 SCALE, AXIS, NAN, HALF, EMBED = ("attention.scale", "attention.softmax_axis", "numerics.nan_source", "numerics.half",
                                  "embedding.scale")

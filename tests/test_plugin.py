@@ -22,8 +22,8 @@ FOUNDATION = ("-k", "smoke or contract")
 
 def battery_size(spec: str, **declarations) -> int:
     """How many items the battery has for a model: its applicable checks."""
-    from tfcheck.model.declarations import from_mapping
     from tfcheck.engine.runner import applicable_checks, load_subject
+    from tfcheck.model.declarations import from_mapping
 
     return len(applicable_checks(load_subject(spec, from_mapping(declarations, "test"))))
 

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tfcheck
 from reference_model import TransformerLM, broken
-from tfcheck.probe.recorder import Recorder
 from tfcheck.probe.attention_view import visible_attention
+from tfcheck.probe.recorder import Recorder
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TFCHECK_UPDATE_GOLDEN") == "1"

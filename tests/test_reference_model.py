@@ -15,10 +15,10 @@ from reference_model import (
     Seq2SeqTransformer,
     TransformerEncoder,
     TransformerLM,
+    broken,
     noam_lr,
     noam_schedule,
 )
-from reference_model import broken
 from reference_model.attention import scaled_dot_product
 from reference_model.layers import EncoderLayer, SinusoidalPositionalEncoding, TokenEmbedding
 

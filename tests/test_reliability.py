@@ -29,10 +29,10 @@ import tfcheck
 import tfcheck.engine.runner as engine
 from reference_model import TransformerLM, broken
 from tfcheck import Status
-from tfcheck.engine.budget import Deadline, time_budget
 from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
-from tfcheck.engine.runner import applicable_checks, load_subject
+from tfcheck.engine.budget import Deadline, time_budget
 from tfcheck.engine.guard import placed_on
+from tfcheck.engine.runner import applicable_checks, load_subject
 
 CUDA = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parent.parent

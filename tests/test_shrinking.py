@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 
 import tfcheck
+from helpers import result
 from reference_model import TransformerLM, broken
 from reference_model.models import padding_mask
 from tfcheck import Status
 from tfcheck.explainers import shrinking
 from tfcheck.shrinking import describe_padding, replay  # the public path the replay lines print
-from helpers import result
 
 CAUSAL, PADDING, BATCH = "mask.causal", "mask.padding", "batch.independence"
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,7 +257,8 @@ def test_a_leak_beyond_the_default_lengths_is_searched_up_to_the_checks_own_leng
 
 
 def test_inside_a_users_hypothesis_test_the_search_is_skipped_with_the_reason():
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     seen = []
 
@@ -303,8 +304,8 @@ def test_replay_refuses_a_check_without_examples():
 
 
 def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):
-    from tfcheck.explainers import shrinking
     from tfcheck.engine.budget import BudgetExceeded
+    from tfcheck.explainers import shrinking
 
     def out_of_time(*args, **kwargs):
         raise BudgetExceeded(1.0, 1.2)

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import tfcheck
-from tfcheck import strategies as tst
 from helpers import nn_encoder, nn_transformer
+from tfcheck import strategies as tst
 
 FAST = settings(max_examples=40, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from tfcheck.report import table
 from tfcheck.engine.battery import all_checks
+from tfcheck.report import table
 
 SOURCE_ROWS = {  # §5.3 of the second source article, verbatim
     "mat1-mat2-shapes": ("线性层输入维度不匹配", "检查d_model和输入最后一维是否一致"),

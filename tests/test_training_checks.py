@@ -8,12 +8,12 @@ import torch
 
 import tfcheck
 import zoo_training as zt
+from helpers import nn_encoder, nn_transformer, result
 from reference_model import TransformerLM, noam_schedule
 from reference_model.broken import PostLNWithoutWarmup
 from tfcheck import Status
-from tfcheck.probe.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH
 from tfcheck.probe.schedules import curve_svg, sparkline
-from helpers import nn_encoder, nn_transformer, result
+from tfcheck.probe.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH
 
 TRAINING_CHECKS = ["lr.warmup", "norm.placement", "train.loss_at_init", "train.overfit_batch", "train.grad_flow",
                    "train.target_leak", "dropout.eval", "embedding.padding"]

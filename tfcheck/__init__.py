@@ -12,8 +12,8 @@ __all__ = ["run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain
            "Status", "__version__"]
 
 from tfcheck.errors import TfcheckError, UsageError  # noqa: E402  (torch-free)
-from tfcheck.version import __version__  # noqa: E402
 from tfcheck.report.status import Status  # noqa: E402  (torch-free)
+from tfcheck.version import __version__  # noqa: E402
 
 
 def __getattr__(name: str):

@@ -1,7 +1,8 @@
 """The public API for users' own tests: run the battery, and assert that it passed."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tfcheck.report.report import Report
 

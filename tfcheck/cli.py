@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tfcheck.ui.annotations import FORMATS
 from tfcheck.errors import TfcheckError, UsageError
+from tfcheck.ui.annotations import FORMATS
 from tfcheck.ui.io import writable_path, write_report
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args) -> int:
-    from tfcheck.model import declarations as decl
     from tfcheck.engine.runner import load_subject, run_model
+    from tfcheck.model import declarations as decl
     from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries
-    from tfcheck.ui.render import render_text
     from tfcheck.report.report import Report
     from tfcheck.report.status import Status
+    from tfcheck.ui.render import render_text
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     pyproject = find_pyproject(Path.cwd())
@@ -145,11 +145,11 @@ def _write_images(report, json_path: Path) -> None:
 
 
 def _list() -> int:
-    from tfcheck.model.declarations import KEYS
-    from tfcheck.engine.battery import all_checks
     from rich.markup import escape
     from rich.table import Table
 
+    from tfcheck.engine.battery import all_checks
+    from tfcheck.model.declarations import KEYS
     from tfcheck.ui.render import checks_view, to_string
 
     keys = Table(title=escape("declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)"))
@@ -162,10 +162,10 @@ def _list() -> int:
 
 
 def _trace(args) -> int:
-    from tfcheck.model import declarations as decl
     from tfcheck.engine.runner import load_subject
-    from tfcheck.ui.render import to_string
     from tfcheck.explainers.trace import trace_shapes
+    from tfcheck.model import declarations as decl
+    from tfcheck.ui.render import to_string
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     if args.meta:

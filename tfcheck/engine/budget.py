@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -113,7 +113,7 @@ class _Watchdog:
         self.fired = self.handled = self.closed = self.engaged = False
         self.previous = None
 
-    def __enter__(self) -> "_Watchdog":
+    def __enter__(self) -> _Watchdog:
         self.previous = signal.signal(WAKE_SIGNAL, self._on_wake)
         try:
             _ALARM.arm(self)

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from tfcheck.explainers.byte_sizes import bytes_in, format_bytes
-from tfcheck.explainers.model_facts import (HEAD_NAMES, config_ints, config_key, max_len_values, names_of,
-                                            tensors_of, width_names)
+from tfcheck.explainers.model_facts import (
+    HEAD_NAMES,
+    config_ints,
+    config_key,
+    max_len_values,
+    names_of,
+    tensors_of,
+    width_names,
+)
 from tfcheck.probe.module_stack import ModuleStack
 from tfcheck.report import table
 

@@ -21,8 +21,9 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn

@@ -19,8 +19,9 @@ import linecache
 import sys
 import traceback
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -28,9 +29,9 @@ import torch.nn as nn
 from tfcheck.errors import TfcheckError, UsageError
 from tfcheck.explainers.byte_sizes import parse_bytes
 from tfcheck.explainers.explanation import Explanation, explain
-from tfcheck.probe.module_stack import ModuleStack, tracking
 from tfcheck.probe.frames import is_user_frame, short_path
 from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.probe.module_stack import ModuleStack, tracking
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only
 #: record it on ``w.first_nonfinite``, or not look at all (no per-module check: no cost on a GPU).
@@ -42,7 +43,7 @@ class NonFiniteError(TfcheckError, FloatingPointError):
     """A module's forward produced NaN or Inf inside ``tfcheck.watch(model, on_nonfinite="raise")``.
     ``.nonfinite`` holds where (a ``NonFinite``)."""
 
-    def __init__(self, nonfinite: "NonFinite"):
+    def __init__(self, nonfinite: NonFinite):
         super().__init__(nonfinite.message)
         self.nonfinite = nonfinite
 
@@ -139,7 +140,7 @@ class Watch:
         self._received: list[tuple[str, str | None, int | None]] = []
 
     # ----- the context manager ------------------------------------------------------------------------
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         if self._exit is not None:
             raise UsageError("this tfcheck.watch is already active; a watch object cannot be entered twice at once")
         self._exit = contextlib.ExitStack()

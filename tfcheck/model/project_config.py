@@ -10,8 +10,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from tfcheck.model import declarations as decl
 from tfcheck.errors import UsageError
+from tfcheck.model import declarations as decl
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -3,7 +3,8 @@ refuse a build that would not fit, with a message that says how to shrink it."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Share of the available memory a model tfcheck builds may take (the probes and copies need the rest).
 MEMORY_SHARE = 0.25

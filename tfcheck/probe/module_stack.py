@@ -3,8 +3,9 @@ the shapes (and the values) each running module received. Explainers read it whe
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn

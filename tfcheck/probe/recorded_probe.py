@@ -16,14 +16,15 @@ never becomes another check's failure.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch.nn as nn
 
+from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.attention_sites import SiteCollector
 from tfcheck.probe.recorder import Recorder, Recording
-from tfcheck.model.subject import PROBE_BATCH
 
 ObserverFactory = Callable[[nn.Module], Callable[..., None]]
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -25,7 +26,6 @@ from torch.utils._pytree import tree_flatten
 
 from tfcheck.probe.frames import is_user_frame
 from tfcheck.probe.hooks import Hook, hooked
-
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
@@ -41,7 +41,7 @@ class TensorMeta:
     device: str
 
     @classmethod
-    def of(cls, t: torch.Tensor) -> "TensorMeta":
+    def of(cls, t: torch.Tensor) -> TensorMeta:
         if t.is_nested:  # a nested tensor has no single shape; its component count stands in
             return cls((t.size(0),), "nested " + _dtype_name(t.dtype), t.device.type)
         return cls(tuple(t.shape), _dtype_name(t.dtype), t.device.type)
@@ -194,7 +194,7 @@ class Recorder:
         if aten is True:
             self._modes.append(_DispatchMode(self))
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         params = _param_counts(self.model)
 
         def hooks():

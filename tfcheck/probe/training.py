@@ -12,8 +12,9 @@ import contextlib
 import copy
 import inspect
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn

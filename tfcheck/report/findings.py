@@ -40,7 +40,7 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     row: str | None = None
 
-    def with_status(self, status: Status, message: str | None = None) -> "Finding":
+    def with_status(self, status: Status, message: str | None = None) -> Finding:
         return dataclasses.replace(self, status=status, message=message or self.message)
 
     def to_dict(self) -> dict[str, Any]:
@@ -54,7 +54,7 @@ class Finding:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Finding":
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
         loc = data.get("location")
         return cls(
             check=data["check"],

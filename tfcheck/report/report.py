@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from tfcheck.report.findings import Finding, to_jsonable
 from tfcheck.report.status import Status, worst

@@ -11,9 +11,10 @@ A map is a grid of measured changes with a role per cell:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -76,7 +77,7 @@ class LeakMap:
                 "tolerance": self.tolerance}
 
     @classmethod
-    def from_evidence(cls, data: dict[str, Any]) -> "LeakMap":
+    def from_evidence(cls, data: dict[str, Any]) -> LeakMap:
         return cls(data["kind"], data["title"], list(data["rows"]), list(data["columns"]),
                    [[float(v) for v in row] for row in data["values"]], [list(r) for r in data["roles"]],
                    float(data["tolerance"]))

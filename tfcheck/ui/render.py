@@ -5,7 +5,7 @@ No Console is created at import time, and every user string is escaped (``layers
 from __future__ import annotations
 
 import io
-from typing import Iterable
+from collections.abc import Iterable
 
 from rich.console import Console, Group
 from rich.markup import escape

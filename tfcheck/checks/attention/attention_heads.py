@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcheck.probe.attention_sites import AttentionSite, record_sites
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.engine.registry import Inconclusive, check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.probe.attention_sites import AttentionSite, record_sites
+from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "attention.heads"
 SPLIT_ROW, MERGE_ROW, SCORES_ROW = "head-split-mixes-positions", "head-merge-mixes-positions", "attention-scores-wrong-axes"

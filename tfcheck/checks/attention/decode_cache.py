@@ -14,12 +14,12 @@ from typing import Any
 import torch
 
 from tfcheck.engine.context import ModelRaised
-from tfcheck.errors import UsageError
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.report.status import Status
+from tfcheck.errors import UsageError
 from tfcheck.model.subject import TARGET_LENGTH_DELTA, forward_params
+from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "decode.cache"
 ROW = "kv-cache-decode-mismatch"

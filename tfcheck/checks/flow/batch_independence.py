@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tfcheck.explainers import shrinking
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import Judgement, tolerance
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
+from tfcheck.explainers import shrinking
 from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.probe.flow import Judgement, tolerance
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "batch.independence"
 ROW = "sample-depends-on-batch"
@@ -185,7 +185,7 @@ class Divergence:
 class _Rows:
     """on_op for one recorded run: the watched sample's row of every per-sample input and output."""
 
-    def __init__(self, row: int, batch: int, reference: "_Rows | None" = None):
+    def __init__(self, row: int, batch: int, reference: _Rows | None = None):
         self.row, self.batch, self.reference = row, batch, reference
         self.seen: list[tuple[str, list, list]] = []  # by function-level op count (aten counts vary per run)
         self.found: Divergence | None = None

@@ -16,11 +16,11 @@ import math
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import ROUNDING, tolerance
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.probe.flow import ROUNDING, tolerance
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "position.sensitivity"
 ROW_NONE = "no-position-signal"

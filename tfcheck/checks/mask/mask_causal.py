@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from tfcheck.probe import flow
-from tfcheck.ui import leakmap
 from tfcheck.checks.mask.causal_examples import SHRINK, takes_torch_tgt_mask
 from tfcheck.checks.mask.causal_patterns import PATTERNS, OpClues, largest_change, shape_pattern
-from tfcheck.explainers import shrinking
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
+from tfcheck.explainers import shrinking
+from tfcheck.probe import flow
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
+from tfcheck.ui import leakmap
 
 ID = "mask.causal"
 #: Lengths of the verdict; the leak map shown is the longest (at most 16, so it stays readable).

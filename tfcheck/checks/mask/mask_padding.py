@@ -11,16 +11,15 @@ unpadded (right-padding equivalence: positions are unchanged).
 """
 from __future__ import annotations
 
-
 import torch
 
-from tfcheck.probe import flow
-from tfcheck.ui import leakmap
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, padded_inputs
-from tfcheck.explainers import shrinking
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
+from tfcheck.explainers import shrinking
+from tfcheck.probe import flow
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
+from tfcheck.ui import leakmap
 
 ID = "mask.padding"
 LENGTH = 10

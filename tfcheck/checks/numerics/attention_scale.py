@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcheck.probe import recorded_probe
-from tfcheck.probe.attention_sites import AttentionSite, CapturedOp, PROJECTIONS
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "attention.scale"
 ROW = "attention-scale-wrong"

@@ -7,11 +7,10 @@ sum to 0 under a safe softmax). ``F.scaled_dot_product_attention`` always normal
 """
 from __future__ import annotations
 
-
+from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import AttentionSite
 from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
 from tfcheck.report.status import Status
 
 ID = "attention.softmax_axis"

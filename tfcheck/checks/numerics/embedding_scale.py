@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tfcheck.probe import recorded_probe
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.numerics import ADDS
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.numerics import ADDS
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ID = "embedding.scale"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import check
+from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.numerics import FillRecorder, NonFiniteTracker
 from tfcheck.probe.recorder import Recorder
-from tfcheck.engine.registry import check
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
 
 ID = "numerics.half"
 ROW = "mask-fill-overflows-half"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tfcheck.report.findings import Finding, Location
+from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.numerics import NonFiniteTracker, Producer, all_finite
 from tfcheck.probe.recorder import Recorder
-from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
 
 ID = "numerics.nan_source"
 ROW = "nan-from-masked-row"

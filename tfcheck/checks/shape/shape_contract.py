@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "shape.contract"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tfcheck.probe import recorded_probe
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.engine.registry import check
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ID = "shape.residual"
@@ -57,9 +57,8 @@ def shape_residual(ctx) -> list[Finding]:
 def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
     """For a forward that raises in an add: which sublayer made the operand of the wrong shape."""
     from tfcheck.engine.context import ModelRaised
-
-    from tfcheck.probe.recorder import Recorder
     from tfcheck.probe.attention_view import visible_attention
+    from tfcheck.probe.recorder import Recorder
 
     recorder = Recorder(ctx.subject.model, track_ids=True)
     try:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import change_per_position, tolerance
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.probe.flow import change_per_position, tolerance
 from tfcheck.probe.training import train_mode
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "dropout.eval"
 #: Ops that draw random numbers: a dropout kernel, or a hand-written random mask.

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.flow import change_per_position, tolerance
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.probe.flow import change_per_position, tolerance
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ID = "embedding.padding"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.report.status import Status
 from tfcheck.probe.schedules import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "lr.warmup"
 #: Peak rates outside this band are unusual for Adam on a Transformer (the paper's schedule peaks at

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfcheck.checks.shape.shape_residual import Dataflow
-from tfcheck.probe import recorded_probe
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.recorder import Recording
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.recorder import Recording
 from tfcheck.probe.schedules import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "norm.placement"
 NORM_OPS = frozenset({"layer_norm", "rms_norm", "group_norm"})

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
-from tfcheck.probe.numerics import all_finite
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.probe.numerics import all_finite
 from tfcheck.probe.training import random_projection_loss
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "train.grad_flow"
 #: A gradient whose largest entry is below this share of the largest gradient anywhere counts as zero.

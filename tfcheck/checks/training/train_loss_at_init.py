@@ -11,11 +11,11 @@ import math
 import torch
 import torch.nn as nn
 
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.report.status import Status
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.training import lm_logits
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "train.loss_at_init"
 #: Excess over ln(V), in nats, judged "far above": logits of std s give about s^2 / 2, so 1 nat means

@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
 from tfcheck.probe.schedules import sparkline
-from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
-                                    fixed_target, label_argument, labelled_inputs, lm_logits, output_loss, own_loss)
+from tfcheck.probe.training import (
+    CHECK_LR,
+    CannotCopy,
+    batch_size,
+    budget,
+    call_copy,
+    copy_model,
+    descend,
+    fixed_target,
+    label_argument,
+    labelled_inputs,
+    lm_logits,
+    output_loss,
+    own_loss,
+)
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.status import Status
 
 ID = "train.overfit_batch"
 #: The final loss must fall to this share of the first (all correct models tested reach <= 0.12 in 30 steps).

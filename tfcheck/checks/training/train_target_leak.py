@@ -12,11 +12,21 @@ import math
 
 import torch
 
-from tfcheck.report.findings import Finding, Location
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.probe.training import (
+    CHECK_LR,
+    CannotCopy,
+    batch_size,
+    budget,
+    call_copy,
+    copy_model,
+    descend,
+    label_argument,
+    labelled_inputs,
+    own_loss,
+)
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
-from tfcheck.probe.training import (CHECK_LR, CannotCopy, batch_size, budget, call_copy, copy_model, descend,
-                                    label_argument, labelled_inputs, own_loss)
 
 ID = "train.target_leak"
 #: A fresh-batch loss below this share of ln(V) is a leak: a model that cannot see the answer stays at
