@@ -21,17 +21,19 @@ Outputs handed out may be shared between checks: never modify them in place.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tfcheck.explainers.explanation import Explanation, explain
-from tfcheck.probe.module_stack import tracking
+from tfcheck.model import trial
 from tfcheck.model.inputs import batch_length
-from tfcheck.model.outputs import infer_output
-from tfcheck.model.subject import Subject
+from tfcheck.model.subject import PROBE_BATCH, Subject
+from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
+from tfcheck.probe.module_stack import tracking
 from tfcheck.report.report import Cost
 
 
@@ -66,7 +68,8 @@ class CheckContext:
         key = (batch, length, seed)
         if key in cache:
             self.cost.reused += 1
-            return cache[key]
+            cached: Probe = cache[key]
+            return cached
         args, kwargs = self.subject.make_inputs(batch, length, seed)
         probe = self.run(args, kwargs, f"a forward at batch {batch}, length {length}")
         cache[key] = probe
@@ -76,10 +79,40 @@ class CheckContext:
         """One counted forward on the given inputs; ``grad=True`` keeps the graph for autograd.grad."""
         batch, length = batch_length(args, kwargs)
         raw = self.call(args, kwargs, what, tokens=batch * length, grad=grad)
-        infer_output(self.subject, raw)
+        return self.probe_of(args, kwargs, raw)
+
+    def probe_of(self, args: tuple, kwargs: dict, raw: Any) -> Probe:
+        batch, length = batch_length(args, kwargs)
         return Probe(args, kwargs, raw, self.subject.extract_output(raw), batch, length)
 
-    def record(self, args: tuple, kwargs: dict, what: str, on_op=None):
+    def settle(self) -> Trial:
+        """The facts only a forward shows (the layout of a mask the forward requires, which tensor of the return
+        value is the output), settled once per model by the model layer's trial forward of the standard probe.
+
+        The engine calls this before every check, under the check's guard, budget and device placement; the
+        first check that runs (forward.smoke) pays for the trial's forwards, as when it settled them itself,
+        and its probe is the memoised standard probe the other checks reuse."""
+        subject = self.subject
+        if subject.trial is not None:
+            settled: Trial = subject.trial
+            return settled
+        batch, length = PROBE_BATCH, subject.probe_length()
+        what = f"a forward at batch {batch}, length {length}"
+
+        def forward() -> tuple[tuple, dict, Any]:
+            args, kwargs = subject.make_inputs(batch, length)
+            inputs_batch, inputs_length = batch_length(args, kwargs)
+            return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length)
+
+        found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
+                             describe=_exception_text)
+        if found.ran:
+            found.result = subject.probe_cache[(batch, length, 0)] = self.probe_of(*found.result)
+        subject.trial = found
+        return found
+
+    def record(self, args: tuple, kwargs: dict, what: str,
+               on_op: Callable[..., Any] | None = None) -> tuple[Probe, Any]:
         """One counted forward under the op recorder: (Probe, Recording)."""
         from tfcheck.probe.recorder import Recorder
 
@@ -107,5 +140,8 @@ class CheckContext:
                 raise ModelRaised(explain(exc, stack, what)) from exc
 
 
-# Kept for tfcheck.probe.training until it imports tfcheck.model.inputs.batch_length (the public name).
-_batch_length = batch_length
+def _exception_text(raised: Exception) -> str:
+    """The model's own exception, as the mask-layout assumption quotes it."""
+    if isinstance(raised, ModelRaised):
+        return str(raised.explanation.evidence.get("exception") or raised)
+    return str(raised)

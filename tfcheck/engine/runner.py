@@ -5,22 +5,26 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, TypeVar
 
-from tfcheck.model import declarations as decl
-from tfcheck.engine.context import CheckContext, ModelRaised
-from tfcheck.errors import DeclarationError, SpecError, UsageError
-from tfcheck.engine.budget import BudgetExceeded, time_budget
-from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.battery import all_checks
+from tfcheck.engine.budget import BudgetExceeded, time_budget
+from tfcheck.engine.context import CheckContext, ModelRaised
+from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.registry import Check, NotApplicable
-from tfcheck.model.usable import refuse_unusable
-from tfcheck.report.report import Assumption, CheckResult, ModelReport
-from tfcheck.report.status import Status
+from tfcheck.errors import DeclarationError, SpecError, UsageError
+from tfcheck.model import declarations as decl
 from tfcheck.model.inference import build_subject
 from tfcheck.model.subject import Subject
+from tfcheck.model.trial import Trial
+from tfcheck.model.usable import refuse_unusable
+from tfcheck.report.findings import Finding, Location
+from tfcheck.report.report import Assumption, CheckResult, ModelReport
+from tfcheck.report.status import Status
+
+T = TypeVar("T")
 
 SMOKE = "forward.smoke"
 BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
@@ -98,7 +102,7 @@ def _refuse_unavailable_device(declared: decl.Declared) -> None:
 BUILD_SEED = 0
 
 
-def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]):
+def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]) -> Any:
     """Build the model from a fixed seed, in a fork of the random generators: every process (each pytest-xdist
     worker, a rerun) checks the same weights, and the caller's generators are left as they were."""
     import random
@@ -146,7 +150,8 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
         known = {c.id for c in all_checks()}
         unknown = wanted - known
         if unknown:
-            raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: {', '.join(sorted(known))}")
+            raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: "
+                             f"{', '.join(sorted(known))}")
         checks = [c for c in checks if c.id in wanted]
     _validate_accept(subject)
     return checks
@@ -213,12 +218,44 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
     leave the model as it was."""
     ctx = CheckContext(subject)
     start = time.perf_counter()
+    try:
+        findings = _guarded(subject, lambda: _findings(ctx, chk))
+    except _MoveFailed as failed:  # out of memory on the device, a device lost: the move is undone
+        return CheckResult(chk.id, chk.title, [_move_failed(chk, str(subject.facts.device), failed.error)], ctx.cost,
+                           time.perf_counter() - start)
+    findings = [_accept(f, subject.accepted) for f in findings]
+    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
+
+
+def settle_facts(subject: Subject) -> Trial | None:
+    """The trial forward alone, run as the battery runs it (tfcheck trace settles a mask layout so): on the
+    declared device, in eval mode, within the budget, the model left as it was. None when it could not run:
+    the caller's own forward then shows why."""
+    ctx = CheckContext(subject)
+
+    def trial() -> Trial:
+        with time_budget(subject.facts.budget_s):
+            return ctx.settle()
+    try:
+        return _guarded(subject, trial)
+    except (Exception, BudgetExceeded):  # noqa: BLE001 - whatever stopped it, the trace's forward reports
+        return None
+
+
+class _MoveFailed(Exception):
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _guarded(subject: Subject, work: Callable[[], T]) -> T:
+    """``work()`` on the declared device, with the model in eval mode, the random generators seeded and the
+    model's state put back after (a _MoveFailed when the move to the device raised)."""
     placement = placed_on(subject.model, subject.facts.device)
     try:
         moved = placement.__enter__()
-    except Exception as exc:  # out of memory on the device, a device lost: the move is undone
-        return CheckResult(chk.id, chk.title, [_move_failed(chk, subject.facts.device, exc)], ctx.cost,
-                           time.perf_counter() - start)
+    except Exception as exc:
+        raise _MoveFailed(exc) from exc
     try:
         # A model moved for the check is put back as it was by the move itself: no baseline is needed
         # (and the moved tensors are new ones each check).
@@ -228,11 +265,9 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
                 _threads_for(subject.model):
             subject.model.eval()
             _seed_generators()
-            findings = _findings(ctx, chk)
+            return work()
     finally:
         placement.__exit__(None, None, None)
-    findings = [_accept(f, subject.accepted) for f in findings]
-    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
 
 
 def _move_failed(chk: Check, device: str, exc: Exception) -> Finding:
@@ -271,7 +306,7 @@ SMALL_MODEL_PARAMS = 5_000_000
 
 
 @contextlib.contextmanager
-def _threads_for(model) -> Iterator[None]:
+def _threads_for(model: Any) -> Iterator[None]:
     import torch
 
     threads = torch.get_num_threads()
@@ -288,6 +323,9 @@ def _threads_for(model) -> Iterator[None]:
 def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
     try:
         with time_budget(ctx.subject.facts.budget_s):
+            # Facts only a forward shows are settled before the first check reads them (forward.smoke, run
+            # first, pays for it); a trial that raised in every layout leaves forward.smoke the model's error.
+            ctx.settle()
             findings = list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]

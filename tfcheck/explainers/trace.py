@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
+from tfcheck.model.trial import layouts_to_try
 from tfcheck.model.user_code import user_code
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.recorder import ModuleCall, OpEvent, Recorder, Recording, describe, structure_dict, structure_text
@@ -144,8 +145,12 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
             else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
-        if device != "meta" and subject.mask_layouts_to_try():
-            _settle_mask_layout(subject)
+        if device != "meta" and layouts_to_try(subject):
+            # A forward that requires its mask laid out for the attention scores (the tutorial style): the
+            # trial forward settles the layout as in the battery, before the inputs are built.
+            from tfcheck.engine.runner import settle_facts
+
+            settle_facts(subject)
         # built (batch, length, ...) as the checks build them; laid out as the forward takes them
         example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
     if device == "meta":
@@ -160,15 +165,6 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         trace = _trace(model, example_args, example_kwargs, "model's own")
     trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
     return trace
-
-
-def _settle_mask_layout(subject) -> None:
-    """A forward that requires its mask laid out for the attention scores (the tutorial style): forward.smoke
-    tries the layouts, one forward each, and the subject keeps the one that runs, as in the battery."""
-    from tfcheck.engine.runner import run_check
-    from tfcheck.engine.battery import get
-
-    run_check(subject, get("forward.smoke"))
 
 
 def _meta_subject(spec: Any):

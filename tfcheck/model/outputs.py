@@ -60,6 +60,8 @@ def select_output(raw: Any, how: str | int) -> Any:
 
 def extract_output(subject: Subject, raw: Any) -> torch.Tensor:
     """The output tensor of a forward's return value, as declared or inferred, (batch, length, ...)."""
+    # The trial forward settles the selection before any check runs; a forward outside the engine (a probe
+    # built by hand, a replay) settles it from its own return value, the same rule on the same structure.
     infer_output(subject, raw)
     how = subject.facts.output
     if how is None:

@@ -7,7 +7,6 @@ methods here are the check author's short way to both.
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,8 @@ class Subject:
     probe_cache: dict = field(default_factory=dict)
     #: the model's parameters and buffers as they were before the first check (tfcheck.engine.guard.Baseline)
     baseline: Any = None
+    #: the trial forward's outcome (tfcheck.model.trial.Trial), once the engine has run it; None before
+    trial: Any = None
 
     @property
     def model(self) -> nn.Module:
@@ -142,27 +143,6 @@ class Subject:
     @property
     def mask_layout(self) -> str:
         return inputs.mask_layout(self)
-
-    def mask_layouts_to_try(self) -> tuple[str, ...]:
-        """The other layouts of a mask the forward requires, when nothing declares its layout: the tutorial
-        style takes its masks already laid out for the attention scores, (b, 1, s) or (b, 1, 1, s)."""
-        mask = self.facts.mask
-        required = any(role in ("mask", "causal_mask") for _, role in self.facts.call_plan or ())
-        if mask is None or mask.layout is not None or not required or self.facts.inputs is not None:
-            return ()
-        return ("b1s", "b11s")
-
-    def set_mask_layout(self, layout: str | None) -> None:
-        self.facts.mask = dataclasses.replace(inputs.mask_spec(self), layout=layout)
-
-    def adopt_mask_layout(self, layout: str, first_error: str) -> None:
-        """Keep a layout that ran after the (batch, length) one raised, and say so among the assumptions."""
-        self.set_mask_layout(layout)
-        mask = inputs.mask_spec(self)
-        self.assumptions.append(Assumption(
-            "mask layout", f"{layout} {decl.MASK_LAYOUTS[layout]}",
-            f"the forward raised with (batch, length) masks ({first_error}) and ran with these; declare "
-            f"mask={mask.argument or 'ARG'}:{mask.convention if mask.argument else 'keep'}:{layout} to state it"))
 
     def extract_output(self, raw: Any) -> torch.Tensor:
         """The output tensor of a forward's return value, as declared or inferred, (batch, length, ...)."""

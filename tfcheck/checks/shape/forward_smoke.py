@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from tfcheck.engine.context import ModelRaised
-from tfcheck.report.findings import Finding, Location
-from tfcheck.engine.registry import check
-from tfcheck.report.status import Status
+from tfcheck.engine.registry import check, passed
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.report.findings import Finding, Location
 
 ID = "forward.smoke"
 
@@ -20,38 +19,19 @@ def forward_smoke(ctx) -> list[Finding]:
     and select its output tensor. A model that raises fails with the innermost module, the shapes it
     received and the troubleshooting row of the error message."""
     length = ctx.subject.probe_length()
-    try:
-        probe = ctx.forward(PROBE_BATCH, length)
-    except ModelRaised as raised:
-        probe = _with_another_mask_layout(ctx, length, raised)
-        if probe is None and raised.explanation.row == "tensor-size-mismatch":
+    # The trial forward (tfcheck.model.trial), run by the engine just before this check, is that forward:
+    # its layout retries and output selection are settled; this check reports what it measured.
+    trial = ctx.settle()
+    if not trial.ran:
+        raised = trial.error
+        if isinstance(raised, ModelRaised) and raised.explanation.row == "tensor-size-mismatch":
             raise ModelRaised(_with_residual_culprit(ctx, raised.explanation, length)) from raised
-        if probe is None:
-            raise
-    out = probe.output
-    return [Finding(ID, Status.PASS, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} returned "
-                    f"{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
-                    Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
-                                          "output_dtype": str(out.dtype)})]
-
-
-def _with_another_mask_layout(ctx, length: int, raised: ModelRaised):
-    """A forward that requires its masks laid out for the attention scores (the tutorial style) raises on
-    (batch, length) ones: the layouts it may want are tried before failing, and the one that ran is kept
-    and stated among the assumptions."""
-    subject = ctx.subject
-    layouts = subject.mask_layouts_to_try()
-    for layout in layouts:
-        subject.set_mask_layout(layout)
-        try:
-            probe = ctx.forward(PROBE_BATCH, length)
-        except ModelRaised:
-            continue
-        subject.adopt_mask_layout(layout, str(raised.explanation.evidence.get("exception") or raised))
-        return probe
-    if layouts:
-        subject.set_mask_layout(None)  # none ran: the error of the (batch, length) masks is the finding
-    return None
+        raise raised
+    out = trial.result.output
+    return [passed(ID, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} "
+                   f"returned {tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
+                   Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
+                                         "output_dtype": str(out.dtype)})]
 
 
 def _with_residual_culprit(ctx, explanation, length: int):

@@ -1,0 +1,102 @@
+"""The trial forward (tfcheck/model/trial.py): facts only a forward shows are settled by the model layer, once
+per model, inside the engine's guard; pytest's collection settles none of them, so it runs no forward."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tfcheck
+from tfcheck.engine import runner
+from tfcheck.engine.battery import get
+from tfcheck.engine.runner import load_subject, run_check, settle_facts
+from tfcheck.model.outputs import AUTO
+from tfcheck.model.trial import layouts_to_try
+from tfcheck.report.status import Status
+
+LM = "reference_model:TransformerLM"
+TUTORIAL = "zoo_families:TutorialEncoder"  # forward(src, src_mask) wants src_mask laid out (b, 1, 1, s)
+
+
+@pytest.fixture
+def forwards_of():
+    """Counts the calls of models of a class name, through a global forward pre-hook."""
+    counts: dict[str, int] = {}
+
+    def count(module, args):
+        name = type(module).__name__
+        counts[name] = counts.get(name, 0) + 1
+
+    handle = nn.modules.module.register_module_forward_pre_hook(count)
+    yield counts
+    handle.remove()
+
+
+def test_collecting_the_items_runs_no_forward(pytester, forwards_of):
+    result = pytester.runpytest_inprocess("--tfcheck", LM, "--collect-only", "-q")
+    result.stdout.fnmatch_lines([f"tfcheck[{LM}]::forward.smoke", f"tfcheck[{LM}]::mask.causal"])
+    assert forwards_of.get("TransformerLM", 0) == 0, forwards_of
+
+
+def test_collecting_a_model_whose_layout_needs_a_forward_runs_none_either(pytester, forwards_of):
+    result = pytester.runpytest_inprocess("--tfcheck", TUTORIAL, "--collect-only", "-q")
+    result.stdout.fnmatch_lines([f"tfcheck[{TUTORIAL}]::forward.smoke"])
+    assert forwards_of.get("TutorialEncoder", 0) == 0, forwards_of
+
+
+def test_loading_settles_no_forward_fact():
+    subject = load_subject(TUTORIAL)
+    assert subject.trial is None and subject.facts.output == AUTO and subject.facts.mask.layout is None
+    assert layouts_to_try(subject) == ("b1s", "b11s")
+
+
+def test_the_trial_settles_the_layout_and_the_output_and_forward_smoke_pays_for_it(forwards_of):
+    subject = load_subject(TUTORIAL)
+    smoke = run_check(subject, get("forward.smoke"))
+    assert smoke.status is Status.PASS
+    assert subject.facts.mask.layout == "b11s" and subject.facts.output == "tensor"
+    # (b, s) raised, (b, 1, s) raised, (b, 1, 1, s) ran: three forwards, all counted in forward.smoke's cost
+    assert smoke.cost.forward == 3 == forwards_of["TutorialEncoder"]
+    assert [a.key for a in subject.assumptions].count("mask layout") == 1
+    # Once per model: the next check runs no trial, and reuses the trial's standard probe.
+    contract = run_check(subject, get("shape.contract"))
+    assert contract.cost.reused >= 1 and [a.key for a in subject.assumptions].count("mask layout") == 1
+
+
+class _RaisesAlways(nn.Module):
+    """Requires a mask, and raises whatever its layout: the model's own error."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+
+    def forward(self, x, mask):
+        raise ValueError("the model's own error")
+
+
+def test_a_trial_that_raises_in_every_layout_falls_back_and_forward_smoke_reports_the_models_error():
+    report = tfcheck.run_checks(_RaisesAlways, only=["forward.smoke"], vocab_size=11)
+    smoke = report.models[0].results[0]
+    assert smoke.status is Status.FAIL and "the model's own error" in smoke.findings[0].message
+    assert smoke.cost.forward == 3  # the (batch, length) layout and the two tried after it
+    assert not any(a.key == "mask layout" for a in report.models[0].assumptions)
+
+
+def test_trace_settles_the_layout_with_the_trial_not_with_forward_smoke(monkeypatch):
+    def no_check(*args, **kwargs):
+        raise AssertionError("trace ran a check to settle the layout")
+
+    monkeypatch.setattr(runner, "run_check", no_check)
+    trace = tfcheck.trace_shapes(TUTORIAL)
+    assert trace.error is None, trace.error
+    assert "(3, 1, 1, 7) bool" in str(trace)
+
+
+def test_settle_facts_leaves_the_model_as_it_was():
+    subject = load_subject(TUTORIAL)
+    subject.model.train()
+    before = {k: v.clone() for k, v in subject.model.state_dict().items()}
+    trial = settle_facts(subject)
+    assert trial is not None and trial.ran and subject.facts.mask.layout == "b11s"
+    assert subject.model.training  # run in eval mode, put back
+    assert all(torch.equal(v, subject.model.state_dict()[k]) for k, v in before.items())
