@@ -310,3 +310,26 @@ def test_watch_rejects_bad_arguments():
         tfcheck.watch("model")
     with pytest.raises(UsageError, match="expected one of warn, raise, record, off"):
         tfcheck.watch(nn.Linear(2, 2), on_nonfinite="explode")
+
+
+class _StrRaises(Exception):
+    def __str__(self):
+        raise RuntimeError("this __str__ is broken")
+
+
+class _RaisesUnprintable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        raise _StrRaises()
+
+
+def test_an_exception_whose_str_raises_leaves_watch_as_itself():
+    # Explaining it called str(exc): the user's exception was replaced by tfcheck's RuntimeError.
+    model = _RaisesUnprintable()
+    with pytest.raises(_StrRaises):
+        with tfcheck.watch(model):
+            model(torch.zeros(2, 4))
+    assert "str() of this _StrRaises raised RuntimeError" in tfcheck.explain(_StrRaises()).message

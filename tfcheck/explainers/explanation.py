@@ -74,10 +74,19 @@ class Explanation:
         return to_string(self, width=100).rstrip("\n")
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said of an exception whose ``__str__`` itself raises (it must not replace
+    the user's exception with tfcheck's)."""
+    try:
+        return str(exc)
+    except Exception as broken:  # noqa: BLE001 - any __str__ may break
+        return f"<str() of this {type(exc).__name__} raised {type(broken).__name__}>"
+
+
 def explain(exc: BaseException, stack: ModuleStack, what: str, budget: int | None = None) -> Explanation:
     """Describe an exception raised by the model during ``what`` (e.g. 'a forward at batch 3, length 7')."""
     inner = stack.innermost()
-    scene = Scene(str(exc), stack=stack, model=stack.root(), budget=budget)
+    scene = Scene(exception_text(exc), stack=stack, model=stack.root(), budget=budget)
     if inner is not None:
         scene.name, scene.module, scene.shapes = inner
         scene.values = stack.innermost_values()
@@ -94,7 +103,7 @@ def explain_error(error: BaseException | str, budget: int | str | None = None) -
         known = getattr(error, "__tfcheck_explanation__", None)
         if isinstance(known, Explanation) and budget is None:
             return known
-        return _explanation(error, Scene(str(error), budget=parse_bytes(budget)), "")
+        return _explanation(error, Scene(exception_text(error), budget=parse_bytes(budget)), "")
     if isinstance(error, str):
         return _explanation(None, Scene(error, budget=parse_bytes(budget)), "")
     raise UsageError(f"tfcheck.explain takes an exception or an error message (str), not {type(error).__name__}")

@@ -157,6 +157,8 @@ class Watch:
             if isinstance(exc, Exception) and not isinstance(exc, NonFiniteError):
                 self.explanation = self._explain(exc)
                 _attach(exc, self.explanation)
+        except Exception:  # noqa: BLE001 - explaining must never replace the user's exception with tfcheck's
+            self.explanation = None
         finally:
             self._close()
         return False  # the user's exception goes on, with its own traceback
