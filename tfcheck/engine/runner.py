@@ -1,25 +1,23 @@
-"""The engine: load a subject, run the battery on it (forward.smoke first), and collect a report.
-Every exception is caught here: from the model it becomes a failed finding, from tfcheck an error finding."""
+"""The engine: run the battery on a subject (forward.smoke first) and collect a report. Every exception is
+caught here: from the model it becomes a failed finding, from tfcheck an error finding. Subjects are loaded by
+``tfcheck.engine.loading`` (re-exported here, where the front-ends import them from)."""
 from __future__ import annotations
 
 import contextlib
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 from tfcheck.engine.battery import all_checks
 from tfcheck.engine.budget import BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
+from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.registry import Check, NotApplicable
 from tfcheck.errors import DeclarationError, SpecError, UsageError
-from tfcheck.model import declarations as decl
-from tfcheck.model.inference import build_subject
 from tfcheck.model.subject import Subject
 from tfcheck.model.trial import Trial
-from tfcheck.model.usable import refuse_unusable
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
@@ -28,110 +26,6 @@ T = TypeVar("T")
 
 SMOKE = "forward.smoke"
 BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
-
-
-def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
-    """The subject with keyword declarations (``source`` names where they came from, e.g. "run_checks()
-    argument") over the spec's [[tool.tfcheck.models]] entry in the working directory's pyproject.toml."""
-    from pathlib import Path
-
-    from tfcheck.model.project_config import declarations_for, find_pyproject
-
-    strong = decl.from_mapping(declarations, source)
-    if isinstance(model_or_spec, str):
-        strong = decl.merge(strong, declarations_for(model_or_spec, find_pyproject(Path.cwd())))
-    return load_subject(model_or_spec, strong)
-
-
-def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = None,
-                 base: Path | None = None, meta_ok: bool = False) -> Subject:
-    """Build the subject from a spec string, a module class / factory, or an instance (``meta_ok``: one on
-    the meta device is fine, as for a shape trace; the battery needs data).
-
-    ``strong`` holds the declarations that outrank the model's own ``__tfcheck__`` (command line,
-    pyproject, run_checks arguments), already merged strongest first.
-    """
-    import torch.nn as nn
-
-    from tfcheck.model import spec as spec_mod
-
-    strong = dict(strong or {})
-    if isinstance(model_or_spec, str):
-        target, attr = spec_mod.split_spec(model_or_spec)
-        origin = spec_mod.resolve_attr(spec_mod.import_target(target, base), target, attr)
-        label = model_or_spec
-    else:
-        origin = model_or_spec
-        name = getattr(origin, "__name__", type(origin).__name__)
-        label = f"<{name} instance>" if isinstance(origin, nn.Module) else name
-    from_origin = _own_declarations(origin, label)
-    merged = decl.merge(strong, from_origin)
-    if "device" in merged:  # before a model is built for nothing
-        _refuse_unavailable_device(merged["device"])
-    loaded = _built_with_a_fixed_seed(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
-    if loaded.model is not origin:
-        # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
-        # pad_id); it outranks the class's or factory's.
-        merged = decl.merge(strong, _own_declarations(loaded.model, label), from_origin)
-    if "device" in merged:
-        _refuse_unavailable_device(merged["device"])
-    refuse_unusable(loaded.model, loaded.spec, meta_ok=meta_ok)
-    return build_subject(loaded, merged)
-
-
-def _refuse_unavailable_device(declared: decl.Declared) -> None:
-    """A declared device this machine does not have is a usage error before anything runs."""
-    import torch
-
-    device = torch.device(declared.value)
-    where = f"device={declared.value} declared ({declared.source})"
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"{where} but torch.cuda.is_available() is False: this torch has no CUDA or sees no "
-                             "GPU. Run on a machine with one, install a CUDA build of torch, or drop the "
-                             "declaration (device=cpu).")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"{where} but only {torch.cuda.device_count()} CUDA device(s) are visible "
-                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); declare one of them.")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"{where} but torch.backends.mps.is_available() is False (MPS needs Apple silicon and "
-                         "a torch built with it); declare device=cpu or drop the declaration.")
-
-
-#: The seed of every model tfcheck builds itself (from a spec, a class or a factory).
-BUILD_SEED = 0
-
-
-def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]) -> Any:
-    """Build the model from a fixed seed, in a fork of the random generators: every process (each pytest-xdist
-    worker, a rerun) checks the same weights, and the caller's generators are left as they were."""
-    import random
-
-    import numpy as np
-    import torch
-
-    from tfcheck.model import spec as spec_mod
-
-    # Constructors draw from Python's and NumPy's generators too: fork and seed those as well.
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    try:
-        random.seed(BUILD_SEED)
-        np.random.seed(BUILD_SEED)
-        with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(BUILD_SEED)  # the CPU's only: see _seed_generators
-            return spec_mod.build(origin, label, kwargs)
-    finally:
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
-
-
-def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
-    mapping = getattr(obj, "__tfcheck__", None)
-    if mapping is None:
-        return {}
-    if not isinstance(mapping, dict):
-        raise DeclarationError(f"__tfcheck__ on {label} must be a dict of declarations, not {type(mapping).__name__}")
-    return decl.from_mapping(mapping, f"__tfcheck__ on {getattr(obj, '__name__', type(obj).__name__)}")
 
 
 def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> list[Check]:
@@ -408,4 +302,5 @@ def _accept(finding: Finding, accepted: dict[str, str]) -> Finding:
     return finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
 
 
-__all__ = ["load_subject", "run_model", "run_check", "applicable_checks", "SpecError"]
+__all__ = ["load_subject", "load_declared", "BUILD_SEED", "run_model", "run_check", "settle_facts", "applicable_checks",
+           "SpecError"]
