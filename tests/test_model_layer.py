@@ -65,3 +65,20 @@ def test_a_hugging_face_configs_max_length_is_a_generation_setting_not_the_capac
     subject.model.config.max_length = 20  # transformers < 5 sets it on every config
     rebuilt = build_subject(subject.loaded, {})
     assert rebuilt.facts.max_len is None
+
+
+# ----- torch.nn.Transformer's calling convention, in one place --------------------------------------------
+
+def test_torch_transformers_masks_are_built_by_the_model_layer():
+    from helpers import nn_transformer
+
+    from tfcheck.model.inputs import with_memory_padding_mask, with_torch_causal_mask
+
+    subject = load_subject(nn_transformer, {})
+    keep = torch.tensor([[True, True, False]])
+    kwargs = with_memory_padding_mask(subject, {"src_key_padding_mask": ~keep}, keep)
+    assert torch.equal(kwargs["memory_key_padding_mask"], ~keep)  # torch's convention: True = padding
+    causal = with_torch_causal_mask(subject, {}, 3)["tgt_mask"]
+    assert torch.equal(causal, nn.Transformer.generate_square_subsequent_mask(3))
+    lm = load_subject("reference_model:TransformerLM", {})
+    assert with_torch_causal_mask(lm, {}, 3) == {} and with_memory_padding_mask(lm, {}, keep) == {}

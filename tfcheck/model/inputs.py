@@ -185,16 +185,16 @@ def with_torch_causal_mask(subject: Subject, kwargs: dict, length: int) -> dict:
     return {**kwargs, "tgt_mask": nn.Transformer.generate_square_subsequent_mask(length, device=subject.device)}
 
 
-def with_memory_padding_mask(subject: Subject, kwargs: dict) -> dict:
-    """``kwargs`` with the source padding also given as memory_key_padding_mask when the forward has it:
+def with_memory_padding_mask(subject: Subject, kwargs: dict, keep: torch.Tensor) -> dict:
+    """``kwargs`` with the source padding ``keep`` (True = real) also given as memory_key_padding_mask, in
+    torch's convention (True = padding), when the forward takes one besides its padding mask argument:
     torch.nn.Transformer takes the source padding twice, src_key_padding_mask for the encoder and
     memory_key_padding_mask for cross-attention, as documented."""
-    mask = subject.facts.mask
-    if mask is None or mask.argument not in kwargs or "memory_key_padding_mask" in kwargs:
+    if mask_spec(subject).argument is None or "memory_key_padding_mask" in kwargs:
         return kwargs
     if "memory_key_padding_mask" not in forward_params(subject.model):
         return kwargs
-    return {**kwargs, "memory_key_padding_mask": kwargs[mask.argument]}
+    return {**kwargs, "memory_key_padding_mask": ~keep}
 
 
 # ----- declared input factories -----------------------------------------------------------------------

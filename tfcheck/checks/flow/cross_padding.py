@@ -4,13 +4,13 @@ and unpadded sources are compared. The memory entering cross-attention says whet
 or in cross-attention."""
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
 from tfcheck.checks.flow.cross_sites import ID, REAL_LENGTHS, ROW_PAD, CrossCall, Sides, max_change
+from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.probe.flow import Judgement, replace_tokens, tolerance
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -111,7 +111,7 @@ def _pad_content(ctx, source_length: int, target_length: int, tap: _MemoryTap):
     keep5 = torch.cat([keep[:1], keep[:1], keep[1:], keep[1:], keep[:1]]).to(source.device)
     target = _repeat(subject.random_primary(1, target_length, gen), 5)
     args, kwargs = subject.inputs_for(source, target, keep5)
-    kwargs = _with_memory_mask(subject, args, kwargs, keep5)
+    kwargs = with_memory_padding_mask(subject, kwargs, keep5)
     tap.begin(5, source_length)
     # grad=True keeps nn.TransformerEncoder off its nested-tensor fast path, whose tensors have no shape for
     # the hooks that describe module inputs; the outputs are the same.
@@ -187,19 +187,6 @@ def _change_last_real(subject, seq: torch.Tensor, real_length: int, gen) -> torc
         fresh = torch.randn(seq.shape, generator=gen).to(seq.device, seq.dtype)
         return torch.where(where[..., None], fresh, seq)
     return replace_tokens(subject, seq, where, seed=25)
-
-
-def _with_memory_mask(subject, args: tuple, kwargs: dict, keep: torch.Tensor) -> dict:
-    """nn.Transformer takes the source padding twice: src_key_padding_mask for the encoder and
-    memory_key_padding_mask for cross-attention, as documented. Give both when the forward has both."""
-    try:
-        params = inspect.signature(subject.model.forward).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    mask = subject.facts.mask
-    if "memory_key_padding_mask" in params and mask.argument in kwargs and "memory_key_padding_mask" not in kwargs:
-        return {**kwargs, "memory_key_padding_mask": kwargs[mask.argument]}
-    return kwargs
 
 
 def _repeat(t: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,30 +1,20 @@
 """mask.causal's minimal-example property: the smallest batch and length whose earlier outputs still
 move when one later position changes ("still leaks with batch 1, length 2: output position 0 changes by
-0.41 when position 1 changes"), and the torch.nn.Transformer calling convention both it and the check
-follow.
+0.41 when position 1 changes"); its inputs follow torch.nn.Transformer's calling convention as the check's
+do (tfcheck.model.inputs.with_torch_causal_mask).
 
 Apart from mask_causal.py so that the check module stays one screenful; the check imports from here.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 
 from tfcheck.explainers import shrinking
+from tfcheck.model.inputs import with_torch_causal_mask
 from tfcheck.probe import flow
 from tfcheck.ui import leakmap
-
-
-def takes_torch_tgt_mask(subject) -> bool:
-    """A seq2seq forward with torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) arguments."""
-    try:
-        params = inspect.signature(subject.model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return "tgt_mask" in params and "tgt_is_causal" in params and params["tgt_mask"].default is None
 
 
 @dataclass(frozen=True)
@@ -77,10 +67,7 @@ class CausalProperty(shrinking.Property):
         if source is None:
             return subject.inputs_for(sequence)
         args, kwargs = subject.inputs_for(source, sequence)
-        if takes_torch_tgt_mask(subject):  # as mask.causal does: torch.nn.Transformer leaves it to the caller
-            kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(sequence.shape[1],
-                                                                                device=subject.device)
-        return args, kwargs
+        return args, with_torch_causal_mask(subject, kwargs, sequence.shape[1])  # as mask.causal does
 
     def shows(self, runs, ex):
         subject = runs.subject

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn as nn
 
-from tfcheck.checks.mask.causal_examples import SHRINK, takes_torch_tgt_mask
+from tfcheck.checks.mask.causal_examples import SHRINK
 from tfcheck.checks.mask.causal_patterns import PATTERNS, OpClues, largest_change, shape_pattern
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
+from tfcheck.model.inputs import with_torch_causal_mask
+from tfcheck.model.structure import takes_torch_tgt_mask
 from tfcheck.probe import flow
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -143,11 +144,7 @@ def _inputs(subject, sequence: torch.Tensor, seed: int) -> tuple[tuple, dict]:
     source = subject.random_primary(1, n - 2, gen)
     source = source.expand(rows, *source.shape[1:])
     args, kwargs = subject.inputs_for(source, sequence)
-    if takes_torch_tgt_mask(subject):
-        # torch.nn.Transformer leaves the causal mask to the caller, as its documentation shows:
-        # tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) (float, -inf above the diagonal).
-        kwargs["tgt_mask"] = nn.Transformer.generate_square_subsequent_mask(n, device=subject.device)
-    return args, kwargs
+    return args, with_torch_causal_mask(subject, kwargs, n)
 
 
 def _dependence(outputs: torch.Tensor, n: int) -> torch.Tensor:
@@ -252,7 +249,7 @@ def _evidence(subject, measures: list[Measurement]) -> dict:
     notes = []
     if subject.kind == "seq2seq":
         notes.append("the target tokens are perturbed; the source is fixed")
-    if subject.kind == "seq2seq" and takes_torch_tgt_mask(subject):
+    if subject.kind == "seq2seq" and takes_torch_tgt_mask(subject.model):
         notes.append("tgt_mask = nn.Transformer.generate_square_subsequent_mask(t) is passed, as torch documents")
     return {
         "lengths": [m.length for m in measures],

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from tfcheck.explainers import shrinking
-from tfcheck.model.subject import forward_params
+from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.probe import flow
 from tfcheck.ui import leakmap
 
@@ -19,14 +19,7 @@ from tfcheck.ui import leakmap
 def padded_inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
     """Forward arguments of a padded batch (``keep``: True = real), with the mask where the model takes it."""
     args, kwargs = subject.inputs_for(primary, target, keep=keep)
-    mask = subject.facts.mask
-    params = forward_params(subject.model)
-    if mask.argument == "src_key_padding_mask" and "memory_key_padding_mask" in params \
-            and "memory_key_padding_mask" not in kwargs:
-        # torch.nn.Transformer documents both: the source padding is given to the encoder and, as
-        # memory_key_padding_mask, to the decoder's cross-attention.
-        kwargs["memory_key_padding_mask"] = subject.mask_value(keep)
-    return args, kwargs
+    return args, with_memory_padding_mask(subject, kwargs, keep)
 
 
 def layout(keep_row: tuple[bool, ...]) -> str:
