@@ -71,7 +71,6 @@ def test_a_hugging_face_configs_max_length_is_a_generation_setting_not_the_capac
 
 def test_torch_transformers_masks_are_built_by_the_model_layer():
     from helpers import nn_transformer
-
     from tfcheck.model.inputs import with_memory_padding_mask, with_torch_causal_mask
 
     subject = load_subject(nn_transformer, {})

@@ -297,8 +297,9 @@ def small_config(origin: Any, param: inspect.Parameter) -> Any | None:
     except Exception as exc:  # noqa: BLE001 - the config's own validation, said as it is
         raise SpecError(
             f"tfcheck builds {getattr(origin, '__name__', origin)} from a small {cls.__name__} "
-            f"({_brief_values(small)}), and the config refused it: {type(exc).__name__}: {exc}. Give tfcheck a factory that builds the model "
-            "from a config you set up (spec path/to/file.py:make_model), or an instance"
+            f"({_brief_values(small)}), and the config refused it: {type(exc).__name__}: {exc}. Give tfcheck a "
+            "factory that builds the model from a config you set up (spec path/to/file.py:make_model), or an "
+            "instance"
         ) from None
 
 
