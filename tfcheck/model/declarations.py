@@ -89,7 +89,7 @@ def _optional_int(v: Any) -> int | None:
 def _kind(v: Any) -> str:
     if v not in KINDS:
         raise ValueError(f"expected one of {', '.join(KINDS)}")
-    return v
+    return str(v)
 
 
 def _mask(v: Any) -> MaskSpec:
@@ -174,7 +174,7 @@ def _device(v: Any) -> str:
 def _precision(v: Any) -> str:
     if v not in PRECISIONS:
         raise ValueError(f"expected one of {', '.join(PRECISIONS)}")
-    return v
+    return str(v)
 
 
 def _kwargs(v: Any) -> dict[str, Any]:

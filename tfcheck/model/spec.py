@@ -14,6 +14,7 @@ import inspect
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,8 @@ def import_target(target: str, base: Path | None = None) -> Any:
             raise SpecError(f"model file {target!r} does not exist (looked for {path}).")
         name = file_module_name(path)
         mod_spec = importlib.util.spec_from_file_location(name, path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise SpecError(f"model file {target!r} cannot be imported as a Python module (looked for {path}).")
         module = importlib.util.module_from_spec(mod_spec)
         with _on_path(path.parent):
             sys.modules[name] = module
@@ -144,7 +147,7 @@ def _user_frame(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _on_path(directory: Path):
+def _on_path(directory: Path) -> Iterator[None]:
     entry = str(directory)
     added = entry not in sys.path
     if added:

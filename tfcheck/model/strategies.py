@@ -22,6 +22,7 @@ sequence), token id 0 (or 1 when 0 is the pad id).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -130,7 +131,7 @@ def padded_batches(vocab_size: int, *, pad_id: int, min_batch: int = 1, max_batc
     require(pad_id is not None, "padded_batches: give pad_id (the id the pads hold)")
 
     @st.composite
-    def draw_batch(draw) -> PaddedBatch:
+    def draw_batch(draw: Any) -> PaddedBatch:
         b = draw(batch_sizes(min_batch, max_batch))
         n = draw(lengths(max(min_len, min_pads + 1), max(max_len, min_pads + 1)))
         keep = draw(padding_masks(b, n, side=side, min_pads=min_pads))
