@@ -34,6 +34,7 @@ from tfcheck.model.structure import (
     first_width,
     forward_params,
     library_of,
+    takes_any_keyword,
     takes_varargs,
     torch_batch_first,
 )
@@ -252,6 +253,14 @@ class _Resolver:
 
     def mask(self) -> None:
         if self.declared("mask"):
+            argument = self.s.facts.mask.argument if self.s.facts.mask is not None else None
+            if argument is not None and self.params and argument not in self.params \
+                    and not takes_any_keyword(self.model):
+                raise SpecError(
+                    f"mask={argument}:... ({self.s.declared['mask'].source}) names no argument of "
+                    f"{type(self.model).__name__}.forward, which takes {', '.join(self.params)}: declare the "
+                    "argument that takes the padding mask, mask=internal if forward builds it from pad_id, or "
+                    "mask=none")
             return
         for name in self.params:
             if name in ("attention_mask",):

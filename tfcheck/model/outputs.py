@@ -50,6 +50,14 @@ def select_output(raw: Any, how: str | int) -> Any:
     if how == "tensor":
         return raw
     if isinstance(how, int):
+        if isinstance(raw, torch.Tensor):
+            raise UsageError(f"output={how} selects an element of a returned tuple, but the model returns a tensor "
+                             "itself: declare output=tensor (or leave 'output' undeclared)")
+        if not isinstance(raw, (tuple, list)) or not -len(raw) <= how < len(raw):
+            size = f"a {type(raw).__name__} of {len(raw)} elements" if isinstance(raw, (tuple, list)) else \
+                f"a {type(raw).__name__}"
+            raise UsageError(f"output={how} but the model returns {size}: declare the index of the output tensor "
+                             "(counting from 0) or its key / attribute")
         return raw[how]
     if isinstance(raw, dict) and how in raw:
         return raw[how]

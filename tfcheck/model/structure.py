@@ -27,6 +27,14 @@ def takes_varargs(model: nn.Module) -> bool:
         return False
 
 
+def takes_any_keyword(model: nn.Module) -> bool:
+    """Whether ``forward`` has ``**kwargs`` (any argument name reaches it), or its signature cannot be read."""
+    try:
+        return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+
+
 def library_of(model: nn.Module) -> str | None:
     """The top-level package that defines the model's class (``transformers``, ``x_transformers``, ...)."""
     module = inspect.getmodule(type(model))
