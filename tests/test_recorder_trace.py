@@ -166,3 +166,10 @@ def test_a_tutorial_style_model_is_traced_with_the_mask_layout_its_forward_takes
     trace = tfcheck.trace_shapes("zoo_families:TutorialEncoder")  # forward(x, src_mask) wants (b, 1, 1, s)
     assert trace.error is None, trace.error
     assert "(3, 1, 1, 7) bool" in str(trace)
+
+
+def test_a_keyword_forward_does_not_take_is_refused_not_passed_to_forward():
+    # torchinfo's depth= went to forward(), whose TypeError read as the model's failure.
+    model = TransformerLM()
+    with pytest.raises(tfcheck.UsageError, match="TransformerLM.forward, which takes tokens, not depth"):
+        tfcheck.trace_shapes(model, torch.zeros(2, 5, dtype=torch.long), depth=2)

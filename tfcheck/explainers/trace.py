@@ -78,7 +78,7 @@ class Trace:
     def ok(self) -> bool:
         return self.error is None
 
-    def raise_if_failed(self) -> "Trace":
+    def raise_if_failed(self) -> Trace:
         if self.error is not None:
             raise UsageError(f"the traced forward failed: {self.error.message}") from self.error.exception
         return self
@@ -153,6 +153,7 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
             settle_facts(subject)
         # built (batch, length, ...) as the checks build them; laid out as the forward takes them
         example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
+    _refuse_unknown_keywords(model, example_kwargs)
     if device == "meta":
         return _trace_meta(model, example_args, example_kwargs)
     if device is not None:
@@ -165,6 +166,20 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         trace = _trace(model, example_args, example_kwargs, "model's own")
     trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
     return trace
+
+
+def _refuse_unknown_keywords(model: nn.Module, kwargs: dict) -> None:
+    """Keyword arguments go to forward: one it does not take is a trace option mistyped (torchinfo's depth=),
+    refused here rather than raised by forward as if the model were broken."""
+    from tfcheck.model.structure import forward_params, takes_any_keyword
+
+    params = forward_params(model)
+    unknown = [k for k in kwargs if k not in params]
+    if unknown and params and not takes_any_keyword(model):
+        raise UsageError(
+            f"trace_shapes passes keyword arguments to {type(model).__name__}.forward, which takes "
+            f"{', '.join(params)}, not {', '.join(unknown)}; trace_shapes' own option is device= (every trace shows "
+            "all depths)")
 
 
 def _meta_subject(spec: Any):
