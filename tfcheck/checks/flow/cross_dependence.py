@@ -31,6 +31,7 @@ from tfcheck.checks.flow.cross_sites import (
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import tolerance
+from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -60,22 +61,16 @@ class _LayerHooks:
         self.model, self.sides = model, sides
         self.calls: list[CrossCall] = []
         self.stack: list[int] = []
-        self.handles: list = []
 
     def __enter__(self):
-        try:
-            for path, module in self.model.named_modules():
-                self.handles.append(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                self.handles.append(module.register_forward_hook(self._post(), with_kwargs=True))
-        except BaseException:
-            self.__exit__()
-            raise
+        self.installed = hooked(hook for path, module in self.model.named_modules()
+                                for hook in (Hook(module, self._pre(path), pre=True, with_kwargs=True),
+                                             Hook(module, self._post(), with_kwargs=True)))
+        self.installed.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
+        self.installed.__exit__(None, None, None)
 
     def _pre(self, path: str):
         def hook(module, args, kwargs):
@@ -123,7 +118,8 @@ class _LayerHooks:
 
 def _first_per_sample(output, batch: int) -> torch.Tensor | None:
     if isinstance(output, torch.Tensor):
-        return output if not output.is_nested and output.dim() >= 1 and output.shape[0] == batch and output.is_floating_point() else None
+        return output if (not output.is_nested and output.dim() >= 1 and output.shape[0] == batch
+                          and output.is_floating_point()) else None
     values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else \
         [getattr(output, k) for k in getattr(output, "__dataclass_fields__", ())]
     for v in values:

@@ -12,6 +12,7 @@ import torch.nn as nn
 from tfcheck.checks.flow.cross_sites import ID, REAL_LENGTHS, ROW_PAD, CrossCall, Sides, max_change
 from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.probe.flow import Judgement, replace_tokens, tolerance
+from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -26,12 +27,12 @@ class _MemoryTap:
     captured: list = field(default_factory=list)
 
     def __enter__(self):
-        self.handles = [m.register_forward_pre_hook(self._hook, with_kwargs=True) for m in self.modules]
+        self.installed = hooked(Hook(m, self._hook, pre=True, with_kwargs=True) for m in self.modules)
+        self.installed.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
+        self.installed.__exit__(None, None, None)
 
     def begin(self, batch: int, source_length: int) -> None:
         self.batch, self.source_length = batch, source_length
@@ -65,7 +66,8 @@ def source_padding(ctx, source_length: int, target_length: int, sites: list[Cros
     if not judged.conclusive:
         return Finding(ID, Status.SKIP, (
             f"inconclusive: changing a real source token did not change the decoder output (change "
-            f"{judged.control:.3g}, tolerance {judged.tolerance:.3g}), so the probe did not reach it"), evidence=evidence)
+            f"{judged.control:.3g}, tolerance {judged.tolerance:.3g}), so the probe did not reach it"),
+            evidence=evidence)
     if not judged.leaked:
         return Finding(ID, Status.PASS, (
             f"source padding does not reach the decoder output: {evidence['compared']} moved it by "
@@ -139,7 +141,8 @@ def _padded_vs_unpadded(ctx, source_length: int, target_length: int, tap: _Memor
     gen = torch.Generator().manual_seed(23)
     pad = subject.facts.pad_id
     real = subject.random_tokens(2, source_length, gen)
-    keep = torch.arange(source_length, device=real.device)[None, :] < torch.tensor(REAL_LENGTHS, device=real.device)[:, None]
+    keep = (torch.arange(source_length, device=real.device)[None, :]
+            < torch.tensor(REAL_LENGTHS, device=real.device)[:, None])
     padded = real.masked_fill(~keep, pad)
     control = _change_last_real(subject, padded[:1], REAL_LENGTHS[0], gen)
     target = subject.random_tokens(1, target_length, gen)

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.probe.flow import change_per_position, tolerance
+from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -76,7 +77,8 @@ def embedding_padding(ctx) -> list[Finding]:
 
 def _token_embeddings(subject) -> list[tuple[str, nn.Embedding]]:
     sizes = {subject.facts.vocab_size, subject.facts.output_vocab_size} - {None}
-    return [(n, m) for n, m in subject.model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings in sizes]
+    return [(n, m) for n, m in subject.model.named_modules()
+            if isinstance(m, nn.Embedding) and m.num_embeddings in sizes]
 
 
 def _state(emb: nn.Embedding, pad: int) -> dict:
@@ -115,12 +117,8 @@ def _pad_reach(ctx, tables: list[tuple[str, nn.Embedding]], pad: int,
             return output + delta.to(output.device, output.dtype)
         return hook
 
-    handles = [emb.register_forward_hook(hook_for(name)) for name, emb in tables]
-    try:
+    with hooked(Hook(emb, hook_for(name)) for name, emb in tables):
         out = ctx.run(args, kwargs, "a padded forward with the pad embedding changed").output
-    finally:
-        for h in handles:
-            h.remove()
     if not called:
         return None, 0.0, 0.0, 0.0
     tol = tolerance(out)

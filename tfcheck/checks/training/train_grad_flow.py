@@ -15,6 +15,7 @@ import torch
 
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.numerics import all_finite
 from tfcheck.probe.training import random_projection_loss
 from tfcheck.report.findings import Finding, Location
@@ -74,11 +75,12 @@ def train_grad_flow(ctx) -> list[Finding]:
     idle = [n for n in none if n not in ran]
     if ran:
         culprits = _whole_modules(subject.model, set(ran))
-        findings.append(Finding(ID, Status.FAIL, f"{len(ran)} of {len(trainable)} trainable parameters get no "
-                                f"gradient, all of {_listed(culprits)}. Their module ran, but its output does not reach "
-                                "the model's output with a graph: computed and thrown away, or cut by .detach(), .data "
-                                "or torch.no_grad", Location(module=culprits[0]), {**evidence, "modules": culprits[:20]},
-                                row="param-gets-no-gradient"))
+        findings.append(Finding(
+            ID, Status.FAIL,
+            f"{len(ran)} of {len(trainable)} trainable parameters get no gradient, all of {_listed(culprits)}. "
+            "Their module ran, but its output does not reach the model's output with a graph: computed and thrown "
+            "away, or cut by .detach(), .data or torch.no_grad",
+            Location(module=culprits[0]), {**evidence, "modules": culprits[:20]}, row="param-gets-no-gradient"))
     if idle:
         culprits = _whole_modules(subject.model, set(idle))
         untaken = _untaken_optional_inputs(subject.model, kwargs)
@@ -99,12 +101,14 @@ def train_grad_flow(ctx) -> list[Finding]:
         # A non-finite gradient spreads to everything upstream of where it is born: the bad parameter whose
         # module ran last in the forward is nearest its source.
         name, g = max(bad, key=lambda item: order.get(_module(item[0]), -1))
-        findings.append(Finding(ID, Status.FAIL, f"{len(bad)} parameters get NaN/Inf gradients while the loss is "
-                                f"{float(loss.detach()):.4g}; nearest the output: '{name}' ({int(torch.isnan(g).sum())} "
-                                f"NaN, {int(torch.isinf(g).sum())} Inf), so the op that makes them sits in or after "
-                                f"'{_module(name)}' (everything before it inherits the NaN). Usual cause: an op with an "
-                                "infinite derivative where it is evaluated (sqrt / log at 0, or in the discarded branch "
-                                "of torch.where)", Location(module=_module(name)), evidence, row="gradient-not-finite"))
+        findings.append(Finding(
+            ID, Status.FAIL,
+            f"{len(bad)} parameters get NaN/Inf gradients while the loss is {float(loss.detach()):.4g}; nearest "
+            f"the output: '{name}' ({int(torch.isnan(g).sum())} NaN, {int(torch.isinf(g).sum())} Inf), so the op "
+            f"that makes them sits in or after '{_module(name)}' (everything before it inherits the NaN). Usual "
+            "cause: an op with an infinite derivative where it is evaluated (sqrt / log at 0, or in the discarded "
+            "branch of torch.where)",
+            Location(module=_module(name)), evidence, row="gradient-not-finite"))
     if findings:
         return findings
     notes = []
@@ -148,15 +152,9 @@ def _call_order(model) -> Iterator[dict[str, int]]:
     """Module path -> index of its last call in the forward run inside the block (hooks removed after)."""
     order: dict[str, int] = {}
     ticks = itertools.count()
-    handles = []
-    try:
-        for path, module in model.named_modules():
-            handles.append(module.register_forward_pre_hook(
-                lambda mod, args, path=path: order.__setitem__(path, next(ticks))))
+    with hooked(Hook(module, lambda mod, args, path=path: order.__setitem__(path, next(ticks)), pre=True)
+                for path, module in model.named_modules()):
         yield order
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _whole_modules(model, names: set[str]) -> list[str]:
