@@ -49,8 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="trace on the meta device: build and run without allocating (any size)")
     trace.add_argument("--json", metavar="PATH", help="write the trace as JSON to PATH")
     explain = sub.add_parser("explain", help="explain an error message: its troubleshooting rows and what to look at")
-    explain.add_argument("text", nargs="+", metavar="TEXT", help="the error message or traceback ('-': read it from stdin)")
-    explain.add_argument("--budget", metavar="SIZE", help="memory that must suffice (e.g. 8GiB), for out-of-memory advice")
+    explain.add_argument("text", nargs="+", metavar="TEXT",
+                         help="the error message or traceback ('-': read it from stdin)")
+    explain.add_argument("--budget", metavar="SIZE",
+                         help="memory that must suffice (e.g. 8GiB), for out-of-memory advice")
     return parser
 
 
@@ -103,7 +105,8 @@ def _check(args) -> int:
     if args.all:
         entries = model_entries(pyproject)
         if not entries:
-            raise UsageError(f"--all: no [[tool.tfcheck.models]] entries in {pyproject or 'pyproject.toml (none found)'}")
+            raise UsageError("--all: no [[tool.tfcheck.models]] entries in "
+                             f"{pyproject or 'pyproject.toml (none found)'}")
         specs += [s for s, _ in entries if s not in specs]
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only is not None else None
     if only == []:

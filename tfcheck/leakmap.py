@@ -13,4 +13,7 @@ from tfcheck.ui.leakmap import (  # noqa: F401
     save_images,
 )
 
-__all__ = ['captured_layers', 'evidence_of', 'first_tensor', 'GLYPHS', 'layer_modules', 'LeakMap', 'LEGEND', 'perturbed_embedding', 'save_image', 'save_images']
+__all__ = [
+    'captured_layers', 'evidence_of', 'first_tensor', 'GLYPHS', 'layer_modules', 'LeakMap', 'LEGEND',
+    'perturbed_embedding', 'save_image', 'save_images',
+]

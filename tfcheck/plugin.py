@@ -9,11 +9,17 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from tfcheck.ui.annotations import FORMATS
 from tfcheck.errors import TfcheckError
+from tfcheck.ui.annotations import FORMATS
+
+if TYPE_CHECKING:
+    from tfcheck.engine.registry import Check
+    from tfcheck.engine.runner import Runner
+
 
 class TfcheckWarning(UserWarning):
     """A check found something suspicious for which legitimate designs exist (status ``warn``)."""
@@ -129,8 +135,10 @@ class TfcheckSession:
         selected: dict[TfcheckModel, bool] = {}
         for item in session.items:
             if isinstance(item, TfcheckItem):
-                selected[item.parent] = selected.get(item.parent, False) or item.check.id == "forward.smoke"
+                parent = cast(TfcheckModel, item.parent)  # pytest types it Node | None; an item's is its model
+                selected[parent] = selected.get(parent, False) or item.check.id == "forward.smoke"
         for model, smoke_selected in selected.items():
+            assert model.runner is not None  # collect() built it before yielding the items
             model.runner.smoke_reported = smoke_selected
 
     @pytest.hookimpl(wrapper=True)
@@ -183,8 +191,8 @@ class TfcheckSession:
 
 def _report(state: PluginState):
     """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
-    from tfcheck.report.findings import Finding
     from tfcheck.engine.battery import all_checks
+    from tfcheck.report.findings import Finding
     from tfcheck.report.report import Assumption, CheckResult, Cost, ModelReport, Report
 
     order = {c.id: i for i, c in enumerate(all_checks())}
@@ -208,11 +216,11 @@ class TfcheckModel(pytest.Collector):
         super().__init__(**kwargs)
         self.spec = spec
         self.declared = declared
-        self.runner = None
+        self.runner: Runner | None = None  # built by collect()
 
     def collect(self):
-        from tfcheck.model import declarations as decl
         from tfcheck.engine.runner import Runner, applicable_checks, load_subject
+        from tfcheck.model import declarations as decl
 
         state = self.config.stash[STATE]
         try:
@@ -235,7 +243,7 @@ class TfcheckModel(pytest.Collector):
 class TfcheckItem(pytest.Item):
     """One check on one model."""
 
-    def __init__(self, *, check, **kwargs):
+    def __init__(self, *, check: Check, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
         self.payload: str | None = None
@@ -243,7 +251,8 @@ class TfcheckItem(pytest.Item):
     def runtest(self) -> None:
         from tfcheck.report.status import Status
 
-        model: TfcheckModel = self.parent
+        model = cast(TfcheckModel, self.parent)  # pytest types it Node | None; an item's parent is its model
+        assert model.runner is not None  # collect() built it before yielding this item
         result = model.runner.result(self.check)
         self.payload = json.dumps({
             "spec": model.spec, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
@@ -262,8 +271,8 @@ class TfcheckItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if not isinstance(excinfo.value, TfcheckFailure):
             return super().repr_failure(excinfo)
-        from tfcheck.ui.render import render_finding
         from tfcheck.report.status import Status
+        from tfcheck.ui.render import render_finding
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         width = reporter._tw.fullwidth if reporter is not None else 100

@@ -41,4 +41,11 @@ from tfcheck.probe.training import (  # noqa: F401
     train_mode,
 )
 
-__all__ = ['batch_size', 'budget', 'call_copy', 'CannotCopy', 'CHECK_LR', 'copy_model', 'Curve', 'curve_svg', 'DECLARE_SCHEDULE', 'DEFAULT_BASE_LR', 'DEFAULT_PLANNED_STEPS', 'DEFAULT_TRAIN_STEPS', 'descend', 'Descent', 'find_schedule', 'fixed_target', 'LABEL_ARGS', 'label_argument', 'LabelArgument', 'labelled_inputs', 'lm_logits', 'lr_curve', 'MAX_PLANNED_STEPS', 'noam_rates', 'output_loss', 'own_loss', 'planned_steps', 'random_projection_loss', 'Schedule', 'schedule_rates', 'SPARK_BLOCKS', 'sparkline', 'sparkline_text', 'takes_target', 'train_mode']
+__all__ = [
+    'batch_size', 'budget', 'call_copy', 'CannotCopy', 'CHECK_LR', 'copy_model', 'Curve', 'curve_svg',
+    'DECLARE_SCHEDULE', 'DEFAULT_BASE_LR', 'DEFAULT_PLANNED_STEPS', 'DEFAULT_TRAIN_STEPS', 'descend', 'Descent',
+    'find_schedule', 'fixed_target', 'LABEL_ARGS', 'label_argument', 'LabelArgument', 'labelled_inputs', 'lm_logits',
+    'lr_curve', 'MAX_PLANNED_STEPS', 'noam_rates', 'output_loss', 'own_loss', 'planned_steps',
+    'random_projection_loss', 'Schedule', 'schedule_rates', 'SPARK_BLOCKS', 'sparkline', 'sparkline_text',
+    'takes_target', 'train_mode',
+]

@@ -52,9 +52,9 @@ class _SplitWithoutTranspose(MultiHeadAttention):
 
 
 class HeadsSplitWithoutTranspose(TransformerEncoder):
-    """The heads are split with ``x.view(b, h, s, d_k)`` (the merge is the usual transpose) instead of ``x.view(b, s, h, d_k).transpose(1, 2)``. Each "head" then holds a block of positions,
-    and row i of a head is made of features of other positions: attention mixes positions before it
-    has even computed a score.
+    """The heads are split with ``x.view(b, h, s, d_k)`` (the merge is the usual transpose) instead of
+    ``x.view(b, s, h, d_k).transpose(1, 2)``. Each "head" then holds a block of positions, and row i of a head
+    is made of features of other positions: attention mixes positions before it has even computed a score.
 
     Fix: split with ``x.view(b, s, h, d_k).transpose(1, 2)``.
     """

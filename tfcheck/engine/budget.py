@@ -23,7 +23,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -74,7 +76,7 @@ def time_budget(budget_s: float | None) -> Iterator[Deadline]:
     if not deadline.budget_s < threading.TIMEOUT_MAX:  # inf, nan or longer than a thread can wait: no budget
         yield deadline
         return
-    watchdog = _Watchdog(deadline) if _can_wake_main_thread() else None
+    watchdog = _Watchdog(deadline, WAKE_SIGNAL) if WAKE_SIGNAL is not None and _can_wake_main_thread() else None
     try:
         if watchdog is not None:
             watchdog.__enter__()
@@ -107,22 +109,23 @@ class _Watchdog:
     when the budget began: modes entered since (the recorder's) stay above it and leave in order.
     """
 
-    def __init__(self, deadline: Deadline):
+    def __init__(self, deadline: Deadline, signum: int):
         self.deadline = deadline
+        self.signum = signum  # WAKE_SIGNAL
         self.depth = torch._C._len_torch_function_stack()
         self.fired = self.handled = self.closed = self.engaged = False
-        self.previous = None
+        self.previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def __enter__(self) -> _Watchdog:
-        self.previous = signal.signal(WAKE_SIGNAL, self._on_wake)
+        self.previous = signal.signal(self.signum, self._on_wake)
         try:
             _ALARM.arm(self)
         except BaseException:  # the alarm thread could not start: put the previous handler back
-            signal.signal(WAKE_SIGNAL, signal.SIG_DFL if self.previous is None else self.previous)
+            signal.signal(self.signum, signal.SIG_DFL if self.previous is None else self.previous)
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _ALARM.disarm(self)  # after this the alarm thread cannot fire any more
         self.closed = True
         if self.fired:
@@ -132,15 +135,16 @@ class _Watchdog:
             while not self.handled and time.monotonic() < give_up:
                 time.sleep(0.001)
         # None: a handler not installed from Python; SIG_DFL is the nearest thing to put back.
-        signal.signal(WAKE_SIGNAL, signal.SIG_DFL if self.previous is None else self.previous)
+        signal.signal(self.signum, signal.SIG_DFL if self.previous is None else self.previous)
         if self.engaged:
             _remove_mode(self.deadline)
 
     def fire(self) -> None:  # in the alarm thread
         self.fired = True
-        _thread.interrupt_main(WAKE_SIGNAL)
+        # typeshed wants a signal.Signals; interrupt_main takes any signal number (a real-time one is not a member)
+        _thread.interrupt_main(cast(signal.Signals, self.signum))
 
-    def _on_wake(self, signum, frame) -> None:  # in the main thread
+    def _on_wake(self, signum: int, frame: FrameType | None) -> None:  # in the main thread
         if self.fired and not self.handled:
             self.handled = True
             if not self.closed:

@@ -11,7 +11,7 @@ import random
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -82,13 +82,13 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
         for m, saved_hooks in hooks:
             for d, entries in saved_hooks.items():
                 _put_back(getattr(m, d, None), entries)
-        for p, saved_hooks in tensor_hooks:
-            for attr, entries in saved_hooks.items():
+        for p, saved_tensor_hooks in tensor_hooks:
+            for attr, tensor_entries in saved_tensor_hooks.items():
                 current = getattr(p, attr, None)
-                if entries is None and current:
+                if tensor_entries is None and current:
                     setattr(p, attr, None)
                 else:
-                    _put_back(current, entries)
+                    _put_back(current, tensor_entries)
 
 
 def _copied(hooks: Any) -> dict | None:
@@ -115,8 +115,9 @@ class _Tree:
 
     def restore(self) -> None:
         for module, children, parameters, buffers, attributes in self.modules:
-            for live, saved in ((module._modules, children), (module._parameters, parameters),
-                                (module._buffers, buffers)):
+            stores: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+                (module._modules, children), (module._parameters, parameters), (module._buffers, buffers))
+            for live, saved in stores:
                 if live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items()):
                     live.clear()
                     live.update(saved)
@@ -194,7 +195,8 @@ class _ProcessState:
         if torch.get_default_device() != self.default_device:
             torch.set_default_device(self.default_device)
         if warnings.filters != self.warning_filters:
-            warnings.filters[:] = self.warning_filters
+            # a list at runtime (typeshed declares it a Sequence)
+            cast("list[Any]", warnings.filters)[:] = self.warning_filters
             # The module caches its filters (an internal of CPython's warnings, absent on some versions).
             getattr(warnings, "_filters_mutated", lambda: None)()
         if os.getcwd() != self.cwd:
@@ -272,7 +274,7 @@ def _numpy_state():
     return np.random.get_state()
 
 
-def _set_numpy_state(state) -> None:
+def _set_numpy_state(state: Any) -> None:
     if state is not None:
         import numpy as np
 
@@ -292,7 +294,7 @@ def placed_on(model: nn.Module, device: torch.device | str | None) -> Iterator[b
     try:
         target = None if device is None else torch.device(device)
         moved = target is not None and any(_elsewhere(t, target) for t in [*model.parameters(), *model.buffers()])
-        if moved:
+        if moved and target is not None:  # moved implies a target
             _move(model, target, undo)
         yield moved
     finally:
@@ -317,7 +319,7 @@ def _move(model: nn.Module, device: torch.device, undo: list[Callable[[], None]]
                 moved_params[id(p)] = _move_parameter(p, device, undo)
             if moved_params[id(p)] is not p:
                 module._parameters[key] = moved_params[id(p)]
-                undo.append(lambda m=module, k=key, original=p: m._parameters.__setitem__(k, original))
+                undo.append(_putting_back(module, "_parameters", key, p))
         for key, b in list(module._buffers.items()):
             if b is None:
                 continue
@@ -325,7 +327,13 @@ def _move(model: nn.Module, device: torch.device, undo: list[Callable[[], None]]
                 with torch.no_grad():
                     moved_buffers[id(b)] = b.to(device)
             module._buffers[key] = moved_buffers[id(b)]
-            undo.append(lambda m=module, k=key, original=b: m._buffers.__setitem__(k, original))
+            undo.append(_putting_back(module, "_buffers", key, b))
+
+
+def _putting_back(module: nn.Module, store: str, key: str, original: torch.Tensor) -> Callable[[], None]:
+    """The undo step that puts ``original`` back under ``key`` in the module's ``_parameters`` or ``_buffers``
+    (the registry read when the step runs)."""
+    return lambda: getattr(module, store).__setitem__(key, original)
 
 
 def _move_parameter(p: nn.Parameter, device: torch.device, undo: list[Callable[[], None]]) -> nn.Parameter:

@@ -134,7 +134,8 @@ def check(id: str, title: str, rows: tuple[str, ...], kinds: Any = ALL_KINDS, or
     shape checks come early), then by id."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
-            raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and {func.__module__})")
+            raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and "
+                             f"{func.__module__})")
         _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
                               group, applies, builds_inputs, shrink=shrink)
         return func

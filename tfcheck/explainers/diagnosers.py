@@ -63,7 +63,7 @@ def diagnose(scene: Scene) -> Diagnosis | None:
 
 def _mat1_mat2(found: re.Match, scene: Scene) -> Diagnosis:
     rows, got, expected, out = (int(g) for g in found.groups())
-    evidence = {"incoming_last_dim": got, "in_features": expected}
+    evidence: dict[str, object] = {"incoming_last_dim": got, "in_features": expected}
     module = scene.module
     if isinstance(module, nn.Linear):
         detail = f"Linear expects in_features={module.in_features}, got last dim {got}"
@@ -103,9 +103,10 @@ def _bare(named: str) -> str:
 def _size_mismatch(found: re.Match, scene: Scene) -> Diagnosis:
     a, b, dim = (int(g) for g in found.groups())
     small, big = min(a, b), max(a, b)
-    evidence = {"size_a": a, "size_b": b, "dimension": dim}
+    evidence: dict[str, object] = {"size_a": a, "size_b": b, "dimension": dim}
     detail = (f"two tensors combined elementwise (an add such as a residual, a mask, a positional table) "
               f"have {a} and {b} in dimension {dim}")
+    look: tuple[str, ...]
     if not scene.known:
         look = ("if one of the sizes is your max_len or block_size, the input is longer than the positional "
                 "table or mask was built for (row max-len-exceeded)",
@@ -122,7 +123,8 @@ def _size_mismatch(found: re.Match, scene: Scene) -> Diagnosis:
             detail += (f": a table or mask in {names_of(scene.module, scene.name)} covers {small} positions "
                        f"({names}) but the input has {big}, which {', '.join(promised)} allows — the table was "
                        "built shorter than the model promises")
-            look = (f"where {names_of(scene.module, scene.name)} is built: build its table from {promised[0].split('=')[0]}",)
+            look = (f"where {names_of(scene.module, scene.name)} is built: build its table from "
+                    f"{promised[0].split('=')[0]}",)
             return Diagnosis("tensor-size-mismatch", detail, look_at=look, evidence=evidence)
         detail += (f": the input has {big} positions but the model was built for {small} ({names}); "
                    f"the table or mask in {names_of(scene.module, scene.name)} stops at {small}")
@@ -131,7 +133,8 @@ def _size_mismatch(found: re.Match, scene: Scene) -> Diagnosis:
         return Diagnosis("max-len-exceeded", detail, look_at=look, evidence=evidence)
     names_a, names_b = width_names(scene.model, a), width_names(scene.model, b)
     if names_a or names_b:
-        detail += f" ({a} is {' or '.join(names_a) or 'no config value'}, {b} is {' or '.join(names_b) or 'no config value'})"
+        detail += (f" ({a} is {' or '.join(names_a) or 'no config value'}, "
+                   f"{b} is {' or '.join(names_b) or 'no config value'})")
     look = (f"the forward of {names_of(scene.module, scene.name)}: which of its operands has {a} and which {b} in "
             f"dimension {dim}; every sublayer must return the width it receives",)
     return Diagnosis("tensor-size-mismatch", detail, look_at=look, evidence=evidence)
@@ -203,10 +206,11 @@ def _device_mismatch(found: re.Match, scene: Scene) -> Diagnosis:
     devices = _mentioned(scene.text, r"\b(cuda(?::\d+)?|cpu|meta|mps|xpu)\b")
     detail = f"tensors on {' and '.join(devices) or 'different devices'} meet in one operation"
     evidence = {"devices": devices}
-    if scene.known:
+    if scene.module is not None:  # scene.known
         params = sorted({str(p.device) for p in scene.module.parameters(recurse=False)})
         inputs = sorted({str(t.device) for t in tensors_of(scene.values)})
-        detail += f"; {names_of(scene.module, scene.name)} has parameters on {', '.join(params) or 'none'} and received inputs on {', '.join(inputs) or 'none'}"
+        detail += (f"; {names_of(scene.module, scene.name)} has parameters on {', '.join(params) or 'none'} "
+                   f"and received inputs on {', '.join(inputs) or 'none'}")
         evidence.update(parameter_devices=params, input_devices=inputs)
     look = ("tensors created inside forward without device=x.device (torch.zeros, torch.arange, torch.ones)",
             "tensors kept as plain attributes instead of register_buffer, which model.to(device) does not move",
@@ -219,10 +223,11 @@ def _dtype_mismatch(found: re.Match, scene: Scene) -> Diagnosis:
                                     r"c10::Half|c10::BFloat16|float|double)\b")
     detail = f"tensors of dtypes {' and '.join(dtypes) or 'that differ'} meet in one operation"
     evidence = {"dtypes": dtypes}
-    if scene.known:
+    if scene.module is not None:  # scene.known
         params = sorted({str(p.dtype).replace("torch.", "") for p in scene.module.parameters(recurse=False)})
         inputs = sorted({str(t.dtype).replace("torch.", "") for t in tensors_of(scene.values)})
-        detail += f"; {names_of(scene.module, scene.name)} has {', '.join(params) or 'no'} parameters and received {', '.join(inputs) or 'no'} inputs"
+        detail += (f"; {names_of(scene.module, scene.name)} has {', '.join(params) or 'no'} parameters "
+                   f"and received {', '.join(inputs) or 'no'} inputs")
         evidence.update(parameter_dtypes=params, input_dtypes=inputs)
     look = ("model.half() / .to(dtype) applied to the model but not to a tensor made in forward (or the reverse)",
             "run the whole step under torch.autocast instead of casting by hand, or cast with .to(weight.dtype)")

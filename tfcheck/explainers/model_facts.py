@@ -54,7 +54,8 @@ def config_key(name: str) -> str:
 
 def width_names(model: nn.Module | None, value: int) -> list[str]:
     """The hyper-parameters that are a layer width equal to ``value`` (d_ff=64, d_model=32, ...)."""
-    return [f"{n}={v}" for n, v in config_ints(model).items() if v == value and v > 1 and not NOT_A_WIDTH.search(config_key(n))]
+    return [f"{n}={v}" for n, v in config_ints(model).items()
+            if v == value and v > 1 and not NOT_A_WIDTH.search(config_key(n))]
 
 
 def max_len_values(*objects: Any) -> dict[str, int]:

@@ -214,7 +214,7 @@ def with_minimal_example(ctx, finding: Finding, prop: Property | None) -> Findin
     searched = {"examples_measured": measured, "forwards": runs.forwards, "budget_forwards": runs.max_forwards,
                 "stopped_by": runs.stopped_by, "hypothesis": "derandomize=True, database=None, "
                 f"max_examples={MAX_EXAMPLES}, phases=generate+shrink"}
-    if example is None:
+    if example is None or shown is None:  # shown is None only when no example was found
         searched["result"] = ("no smaller input showed the failure within the search's budget; the check's own "
                               "measurement above is the example")
         return _add(finding, {"minimal_example": None, "minimal_example_search": searched})

@@ -145,6 +145,7 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
             else _meta_subject(model)
         model = subject.model
     if not (example_args or example_kwargs):
+        assert subject is not None  # loaded above: no example inputs were given
         if device != "meta" and layouts_to_try(subject):
             # A forward that requires its mask laid out for the attention scores (the tutorial style): the
             # trial forward settles the layout as in the battery, before the inputs are built.

@@ -21,7 +21,8 @@ import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -83,7 +84,8 @@ class NonFinite:
         if self.from_input:
             return (f"the first {what} was already in the inputs of '{self.module or '<root>'}' ({self.module_class}) "
                     f"at forward call {self.call} ({value}): it came from outside the model (the batch){where}")
-        text = f"the first {what} came out of '{self.module or '<root>'}' ({self.module_class}) at forward call {self.call}: "
+        text = (f"the first {what} came out of '{self.module or '<root>'}' ({self.module_class}) "
+                f"at forward call {self.call}: ")
         text += f"its inputs were finite and its output holds {value}"
         if self.parameters:
             shown = ", ".join(self.parameters[:3]) + (", ..." if len(self.parameters) > 3 else "")
@@ -152,7 +154,7 @@ class Watch:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         try:
             if isinstance(exc, Exception) and not isinstance(exc, NonFiniteError):
                 self.explanation = self._explain(exc)
@@ -169,7 +171,8 @@ class Watch:
             exit_stack.close()
 
     def _explain(self, exc: BaseException) -> Explanation:
-        stack = self._stack if self._stack is not None and _raised_inside(exc, self._stack) else ModuleStack(model=self.model)
+        stack = (self._stack if self._stack is not None and _raised_inside(exc, self._stack)
+                 else ModuleStack(model=self.model))
         what = f"forward call {self.calls} of the watched model" if stack.entries else "the watched block"
         return explain(exc, stack, what, self.budget)
 
@@ -266,7 +269,7 @@ def _tensors_in(value: Any, depth: int) -> Iterator[torch.Tensor]:
 def call_site() -> tuple[str | None, int | None]:
     """The innermost frame of the running Python stack in the user's code: inside a forward hook, the
     line that called the module."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if is_user_frame(frame.f_code.co_filename):
             return frame.f_code.co_filename, frame.f_lineno
@@ -300,7 +303,7 @@ def _raised_inside(exc: BaseException, stack: ModuleStack) -> bool:
 def _attach(exc: BaseException, explanation: Explanation) -> None:
     note = "tfcheck: " + str(explanation)
     with contextlib.suppress(Exception):  # an exception type with __slots__ or a read-only __dict__
-        exc.__tfcheck_explanation__ = explanation
+        exc.__tfcheck_explanation__ = explanation  # type: ignore[attr-defined]  # tfcheck's mark on any exception
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:  # Python 3.10: no notes in the traceback; the explanation stays on w.explanation

@@ -262,12 +262,13 @@ def _is_product_of_activations(op: CapturedOp) -> bool:
 def _forms(op: CapturedOp, probs_in: torch.Tensor) -> bool:
     """The product's output is what the softmax normalised (possibly scaled, masked or re-viewed since)."""
     out = op.out
-    return _is_product_of_activations(op) and out.numel() == probs_in.numel() and \
+    return _is_product_of_activations(op) and out is not None and out.numel() == probs_in.numel() and \
         tuple(out.shape[-2:]) == tuple(probs_in.shape[-2:])
 
 
 def _score_axes(op: CapturedOp) -> tuple[Operand, Operand, tuple[int, int], int] | None:
     a, b = op.operands
+    assert a is not None and b is not None  # a product of two activations (_forms)
     if op.event.short_name == "einsum":
         return _einsum_score_axes(op.extra.get("equation"), a, b, op.out)
     if a.dim() < 3 or b.dim() < 3:
@@ -288,6 +289,7 @@ def _mixes(op: CapturedOp, probs: torch.Tensor) -> tuple[Operand, Operand] | Non
     if side is None:
         return None
     values = b if side == 0 else a
+    assert values is not None and op.out is not None  # a product of two activations (checked above)
     if values.dim() < 3:
         return None
     return Operand(values, 0, -2), Operand(op.out, 0, -2)

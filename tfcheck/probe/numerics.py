@@ -39,7 +39,7 @@ def _nonfinite(t: torch.Tensor) -> tuple[bool, bool]:
 
 def summary(t: torch.Tensor) -> dict:
     """What a tensor held: shape, dtype, NaN/Inf counts, and whether whole rows (last axis) were −inf."""
-    out = {"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+    out: dict[str, Any] = {"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
     if t.is_floating_point() and t.numel() and not t.is_nested:
         d = t.detach()
         out.update({"nan": int(torch.isnan(d).sum()), "inf": int(torch.isinf(d).sum())})
@@ -156,13 +156,14 @@ class FillRecorder:
             for value in _fill_scalars(name, args, kwargs):
                 self.fills.append(Fill(event, value, result.dtype, "fill value"))
         elif name in ADDS or name == "scaled_dot_product_attention":
-            operands = [kwargs.get("attn_mask")] if name == "scaled_dot_product_attention" else list(args[:2])
+            operands: list[Any] = [kwargs.get("attn_mask")] if name == "scaled_dot_product_attention" \
+                else list(args[:2])
             if name == "scaled_dot_product_attention" and len(args) > 3:
                 operands = [args[3]]
             for t in operands:
-                value = _additive_mask_value(t)
-                if value is not None:
-                    self.fills.append(Fill(event, value, t.dtype, "additive mask"))
+                mask_value = _additive_mask_value(t)
+                if mask_value is not None:
+                    self.fills.append(Fill(event, mask_value, t.dtype, "additive mask"))
 
 
 def _fill_scalars(name: str, args: tuple, kwargs: dict) -> list[float]:

@@ -16,6 +16,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -29,7 +30,8 @@ from tfcheck.probe.hooks import Hook, hooked
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
-          ".__len__", ".__bool__", ".__index__", ".__format__", ".__repr__", ".__iter__", "_has_compatible_shallow_copy_type")
+          ".__len__", ".__bool__", ".__index__", ".__format__", ".__repr__", ".__iter__",
+          "_has_compatible_shallow_copy_type")
 #: Scalar arguments worth keeping with an op (the attention scale, a fill value, a softmax axis, ...).
 _SCALAR_KWARGS = ("dim", "scale", "value", "is_causal", "alpha", "beta", "eps", "dropout_p", "diagonal", "p")
 
@@ -370,7 +372,8 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
 def _scalars(args: tuple, kwargs: dict) -> dict:
     """Scalar arguments: the named ones worth keeping, and positional numbers by position (a fill value,
     a softmax axis, a scale passed positionally)."""
-    out = {k: v for k, v in kwargs.items() if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))}
+    out: dict[str, Any] = {k: v for k, v in kwargs.items()
+                           if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))}
     positional = {i: v for i, v in enumerate(args) if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if positional:
         out["positional"] = positional
@@ -384,7 +387,7 @@ def _param_counts(model: nn.Module) -> dict[int, int]:
 
 def user_line() -> tuple[str | None, int | None]:
     """The innermost frame of the user's code (not torch, tfcheck or the standard library)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
         if is_user_frame(path):

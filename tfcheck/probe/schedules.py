@@ -216,7 +216,8 @@ def sparkline(values: list[float], width: int = 48) -> str:
         elif top <= 0:
             out.append(SPARK_BLOCKS[0])
         else:
-            out.append(SPARK_BLOCKS[min(len(SPARK_BLOCKS) - 1, max(0, int(mean / top * (len(SPARK_BLOCKS) - 1) + 0.5)))])
+            out.append(SPARK_BLOCKS[min(len(SPARK_BLOCKS) - 1,
+                                        max(0, int(mean / top * (len(SPARK_BLOCKS) - 1) + 0.5)))])
     return "".join(out)
 
 

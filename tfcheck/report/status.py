@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """Outcome of one finding. Ordered from best to worst by ``severity``."""
 
     PASS = "pass"
@@ -29,6 +30,6 @@ class Status(str, enum.Enum):
 _ORDER = [Status.PASS, Status.ACCEPTED, Status.SKIP, Status.WARN, Status.FAIL, Status.ERROR]
 
 
-def worst(statuses) -> Status:
+def worst(statuses: Iterable[Status]) -> Status:
     """The worst of several statuses; PASS for none."""
     return max(statuses, key=lambda s: s.severity, default=Status.PASS)

@@ -158,7 +158,7 @@ def layer_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The layers of the model's stacks: children of every outermost nn.ModuleList (the encoder and the
     decoder stack of a seq2seq model; not lists nested inside a layer, such as T5's sublayers)."""
     lists: list[str] = []
-    layers = []
+    layers: list[tuple[str, nn.Module]] = []
     for path, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and not any(path.startswith(p + ".") for p in lists):
             lists.append(path)

@@ -139,7 +139,7 @@ def summary_view(report: Report):
         t.add_row(escape(m.spec), _status_text(m.status), str(counts[Status.PASS]), str(counts[Status.WARN]),
                   str(counts[Status.FAIL] + counts[Status.ERROR]), str(counts[Status.SKIP]),
                   str(counts[Status.ACCEPTED]))
-    parts = [t]
+    parts: list[Table | Text] = [t]
     for m in report.models:
         for f in _problems(list(m.findings())):
             parts.append(Text.assemble(_status_text(f.status), f" {m.spec} {f.check}: ", f.message,

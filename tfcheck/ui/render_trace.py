@@ -36,7 +36,7 @@ def _add_call(parent: Tree, trace, call: ModuleCall, children: dict) -> None:
                           ("raised" if call.raised else structure_text(call.outputs), style),
                           (f"  {call.params:,} params" if call.params else "", "dim"))
     node = parent.add(label)
-    items: list[tuple[int, object]] = [(op.index, op) for op in trace.shown_ops(call)]
+    items: list[tuple[int, OpEvent | ModuleCall]] = [(op.index, op) for op in trace.shown_ops(call)]
     items += [(c.first_op, c) for c in children.get(call.index, [])]
     for _, item in sorted(items, key=lambda pair: pair[0]):
         if isinstance(item, ModuleCall):

@@ -13,6 +13,7 @@ target position). At every attention site the ops are read with their real tenso
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,7 +25,8 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ID = "attention.heads"
-SPLIT_ROW, MERGE_ROW, SCORES_ROW = "head-split-mixes-positions", "head-merge-mixes-positions", "attention-scores-wrong-axes"
+SPLIT_ROW, MERGE_ROW, SCORES_ROW = (
+    "head-split-mixes-positions", "head-merge-mixes-positions", "attention-scores-wrong-axes")
 #: Probe lengths: distinct from each other, from the probe batch and from usual head counts and sizes.
 LENGTHS = (5, 9)
 
@@ -127,6 +129,7 @@ def _probe_inputs(subject, length: int, seed: int):
         if p.stream == "source":
             sources = _changed(subject, sources, p, seed)
         else:
+            assert targets is not None  # a target perturbation comes with a target
             targets = _changed(subject, targets, p, seed)
     args, kwargs = subject.inputs_for(sources, targets)
     return args, kwargs, perturbations, streams
@@ -166,7 +169,8 @@ def _judge_scores(site: AttentionSite, lengths: set[int], probe_length: int) -> 
         ID, Status.FAIL,
         f"in '{_name(site.module)}' {what} has (query, key) axes of sizes ({lq}, {lk}) where the probe lengths are "
         f"{sorted(lengths)}, and the product sums over {site.contracted} = the length: the scores are not "
-        "(length_q, length_k), so softmax mixes features instead of positions (a transpose on the wrong operand or the wrong axes, e.g. q.transpose(-2, -1) @ k). Use "
+        "(length_q, length_k), so softmax mixes features instead of positions (a transpose on the wrong operand "
+        "or the wrong axes, e.g. q.transpose(-2, -1) @ k). Use "
         "scores = q @ k.transpose(-2, -1) with q, k of shape (b, h, s, d_k).",
         _location(site), {"score_shape": shape, "query_key_sizes": (lq, lk), "probe_lengths": sorted(lengths),
                           "summed_axis_size": site.contracted,
@@ -185,9 +189,9 @@ def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation) -> t
     """The first site (in execution order) whose q, k or v changed under the perturbation, with those
     tensors laid out (batch, position, head, features)."""
     for site in sites:
-        laid = {name: op.by_position(batch) for name, op in
-                (("q", site.query), ("k", site.key), ("v", site.value))}
-        if any(t is None for t in laid.values()):
+        laid = {name: t for name, op in (("q", site.query), ("k", site.key), ("v", site.value))
+                if (t := op.by_position(batch)) is not None}
+        if len(laid) < 3:  # q, k or v not laid out by position
             continue
         reached = {n: t for n, t in laid.items()
                    if bool(_changed_positions(t[0], t[p.sample], tolerance(t[0])).any())}
@@ -204,8 +208,11 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation,
                                   "site, so the split could not be judged")
     site, tensors = first
     if not tensors:
-        return None, f"the first attention reached by the {p.stream} ('{_name(site.module)}') has no q/k/v of that length"
-    evidence, mixed, spread = {}, [], False
+        return None, (f"the first attention reached by the {p.stream} ('{_name(site.module)}') has no q/k/v of "
+                      "that length")
+    evidence: dict[str, dict[str, Any]] = {}
+    mixed: list[str] = []
+    spread = False
     for name, t in tensors.items():
         tol = tolerance(t[0])
         changed = _changed_positions(t[0], t[p.sample], tol)  # (position, head)
@@ -214,8 +221,9 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation,
         change = change_per_position(t[0:1], t[p.sample:p.sample + 1])[0]
         evidence[name] = {"changed_positions_per_head": per_head, "tolerance": tol,
                           "positive_control_change": float(change[p.position]),
-                          "largest_change_elsewhere": float(torch.cat([change[:p.position], change[p.position + 1:]]).max())
-                          if change.numel() > 1 else 0.0}
+                          "largest_change_elsewhere":
+                              float(torch.cat([change[:p.position], change[p.position + 1:]]).max())
+                              if change.numel() > 1 else 0.0}
         if bool(others.any()):
             mixed.append(name)
             spread |= len({tuple(h) for h in per_head}) > 1
@@ -265,7 +273,8 @@ def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbati
     if heads > 1 and laid.shape[1] > 1 and _same(flat, own_order, tol):
         return Finding(
             ID, Status.FAIL,
-            f"in '{_name(site.module)}' the heads' output {tuple(context.tensor.shape)} enters the output projection as "
+            f"in '{_name(site.module)}' the heads' output {tuple(context.tensor.shape)} enters the output projection "
+            "as "
             f"{tuple(merged.shape)} read in its own memory order, without moving the heads next to the features: "
             "each merged position holds pieces of several positions. Merge with "
             "out.transpose(1, 2).contiguous().view(b, s, d_model).",

@@ -52,8 +52,8 @@ def _not_applicable(subject) -> NotApplicable | None:
 def decode_cache(ctx) -> list[Finding]:
     """One full forward on a batch of 2 at length 6, then a prefill of the first 4 tokens and 2 forwards of
     one token each with the cache the model returned; every position's output must equal the full
-    forward's, within rounding relative to the output's scale. Sample 1 differs from sample 0 in its first token only, so the later
-    outputs must differ (positive control: the past reaches them)."""
+    forward's, within rounding relative to the output's scale. Sample 1 differs from sample 0 in its first
+    token only, so the later outputs must differ (positive control: the past reaches them)."""
     subject = ctx.subject
     params = forward_params(subject.model)
     cache_arg = next(n for n in CACHE_ARGS if n in params)
@@ -227,11 +227,13 @@ def _judge(subject, reference, outputs, suspects, tol, control, cache_arg, lengt
     if suspects:
         s = suspects[0]
         where = Location(module=s["module"], file=s["file"], line=s["line"])
-        named = (f" At the first one-token step, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran with is_causal=True on "
+        named = (f" At the first one-token step, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran "
+                 "with is_causal=True on "
                  f"{s['query'][-2]} queries and {s['key'][-2]} keys: is_causal aligns the mask top-left, so the new "
                  "query sees only the first keys. With a cache pass a bottom-right aligned attn_mask instead.")
         evidence["top_left_is_causal"] = suspects
-    stage = "in the prefill (no cache yet)" if first < prefill else f"at one-token step {first - prefill + 1} of {steps}"
+    stage = ("in the prefill (no cache yet)" if first < prefill
+             else f"at one-token step {first - prefill + 1} of {steps}")
     message = (f"decoding token by token with {cache_arg} differs from the full forward from position {first} on, "
                f"{stage} (largest difference {max(per_position):.3g}, tolerance {tol:.3g}): training looks fine, "
                "generation is wrong." + named +

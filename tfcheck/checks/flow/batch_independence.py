@@ -104,7 +104,8 @@ def batch_independence(ctx) -> list[Finding]:
     sources = [(base.args, base.kwargs), other]
     replaced_inputs = pick_rows(sources, [(0, 0), (1, 1), (1, 2)], PROBE_BATCH)
     moved_inputs = pick_rows(sources, [(0, 2), (0, 1)], PROBE_BATCH)
-    replaced = ctx.run(*replaced_inputs, f"a forward at batch 3, length {length}: sample 0 kept, samples 1 and 2 replaced")
+    replaced = ctx.run(*replaced_inputs,
+                       f"a forward at batch 3, length {length}: sample 0 kept, samples 1 and 2 replaced")
     moved = ctx.run(*moved_inputs, f"a forward at batch 2, length {length}: samples 2 and 1 of the probe")
     out, out_r, out_m = base.output, replaced.output, moved.output
     if not _per_sample(out, PROBE_BATCH) or not _per_sample(out_r, PROBE_BATCH) or not _per_sample(out_m, 2) \
@@ -131,12 +132,12 @@ def batch_independence(ctx) -> list[Finding]:
                         f"replacing a sample changed its own output by at least {control:.3g}", Location(module=""),
                         evidence)]
     if kept > tol:
-        how = (f"sample 0's output changed by {kept:.3g} (tolerance {tol:.3g}) when only the other samples of the batch "
-               "were replaced")
+        how = (f"sample 0's output changed by {kept:.3g} (tolerance {tol:.3g}) when only the other samples of the "
+               "batch were replaced")
         runs = ((base.args, base.kwargs), 0, PROBE_BATCH), (replaced_inputs, 0, PROBE_BATCH)
     else:
-        how = (f"samples 2 and 1 changed by {moved_change:.3g} (tolerance {tol:.3g}) when run as a batch of 2 in reverse "
-               "order: the output depends on the sample's index in the batch or on the batch size")
+        how = (f"samples 2 and 1 changed by {moved_change:.3g} (tolerance {tol:.3g}) when run as a batch of 2 in "
+               "reverse order: the output depends on the sample's index in the batch or on the batch size")
         runs = ((base.args, base.kwargs), 2, PROBE_BATCH), (moved_inputs, 0, 2)
     divergence = localise(ctx, *runs)
     return [shrinking.with_minimal_example(ctx, _failure(ctx.subject.model, how, divergence, evidence), SHRINK)]
@@ -194,8 +195,9 @@ class _Rows:
 
     def rows_of(self, values) -> list:
         flat = values if isinstance(values, (list, tuple)) else [values]
-        return [v[self.row].detach().double() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.batch
-                and v.is_floating_point() else None for v in flat if isinstance(v, torch.Tensor)]
+        return [v[self.row].detach().double()
+                if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.batch and v.is_floating_point()
+                else None for v in flat if isinstance(v, torch.Tensor)]
 
     def __call__(self, event, args, kwargs, out) -> None:
         if event.level != "function" or event.phase != "forward":

@@ -39,7 +39,8 @@ class Sides:
     source_length: int
 
     def side(self, value) -> str | None:
-        if isinstance(value, torch.Tensor) and not value.is_nested and value.dim() >= 2 and value.shape[0] == self.batch:
+        if (isinstance(value, torch.Tensor) and not value.is_nested and value.dim() >= 2
+                and value.shape[0] == self.batch):
             if value.shape[1] == self.target_length:
                 return "target"
             if value.shape[1] == self.source_length:
@@ -55,6 +56,8 @@ def max_change(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def location_of(call: CrossCall) -> Location:
+    if call.module is None:
+        return Location(module=call.path)
     try:
         cls = type(call.module)
         return Location(module=call.path, file=inspect.getsourcefile(cls), line=inspect.getsourcelines(cls.forward)[1])

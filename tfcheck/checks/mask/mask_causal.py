@@ -191,7 +191,7 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
         m.layers.append({"layer": path, "largest_forbidden_change": largest, "tolerance": layer_tol})
         if m.first_layer is None and largest > layer_tol:
             m.first_layer, m.first_layer_map, m.first_layer_tolerance = path, layer_dep, layer_tol
-    if m.first_layer is not None and not m.judgement.leaked:
+    if m.first_layer is not None and m.first_layer_map is not None and not m.judgement.leaked:  # set together
         # Every layer of a causal stack is causal itself: a leak inside one is a leak, even where the
         # output cannot show it (a NaN born in a fully masked row hides every later change).
         m.judgement = flow.Judgement(max(m.judgement.largest, largest_change(m.first_layer_map, forbidden)),
@@ -282,6 +282,7 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     lm = _leak_map(m)
     in_output = m.judgement.largest == largest_change(m.output_map, _forbidden(m.length))
     dep = m.output_map if in_output else m.first_layer_map
+    assert dep is not None  # a leak not in the output was measured in a layer
     scored = torch.where(_forbidden(m.length), dep.nan_to_num(nan=-1.0), torch.full_like(dep, -1.0))
     q, k = divmod(int(scored.argmax()), m.length)
     where = f" It first appears in layer '{m.first_layer}'." if m.first_layer else ""
@@ -295,8 +296,9 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     message = (f"causal leak ({pattern}): {meaning}. At length {m.length} output position {q} changed by "
                f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {leaks} of "
                f"{int(measured.sum())} (query, later key) pairs measured leak.{where}")
-    evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern, "first_leaking_layer": m.first_layer,
-                "layers": m.layers, "largest_leak_at": {"query": q, "key": k}, **leakmap.evidence_of(lm)}
+    evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern,
+                "first_leaking_layer": m.first_layer, "layers": m.layers, "largest_leak_at": {"query": q, "key": k},
+                **leakmap.evidence_of(lm)}
     if op is not None:
         evidence["op"] = {"name": op[0], "file": op[1], "line": op[2], "detail": op[3]}
     location = Location(module=m.first_layer, file=op[1] if op else None, line=op[2] if op else None)

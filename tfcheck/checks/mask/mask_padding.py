@@ -132,9 +132,8 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     else:  # the pads hold pad_id, which must stay (a mask or positions may be built from it): only embeddings move
         other_pads = base
     control = _other_content(subject, base, control_where, seed + 2, gen)
-    primary = [base, other_pads, control]
-    masks = [keep, keep, keep]
-    primary, masks = torch.cat(primary), torch.cat(masks)
+    primary = torch.cat([base, other_pads, control])
+    masks = torch.cat([keep, keep, keep])
     rows = primary.shape[0]
     embedding_where = torch.zeros_like(masks)
     embedding_where[SAMPLES:2 * SAMPLES] = pads
@@ -271,7 +270,8 @@ def _mask_axis(ctx, m: _Measured) -> str | None:
     gen = torch.Generator().manual_seed(23)
     real = subject.random_primary(SAMPLES, n, gen)
     pad_id = subject.facts.pad_id
-    tokens = real if pad_id is None or real.is_floating_point() else torch.where(m.keep, real, torch.full_like(real, pad_id))
+    tokens = (real if pad_id is None or real.is_floating_point()
+              else torch.where(m.keep, real, torch.full_like(real, pad_id)))
     target = _target(subject, n, SAMPLES, gen)
     args, kwargs = padded_inputs(subject, tokens, target, m.keep)
     seen: set[str] = set()

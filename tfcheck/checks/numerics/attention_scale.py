@@ -56,7 +56,8 @@ def attention_scale(ctx) -> list[Finding]:
                         "product of two activations followed by softmax and a product with the values, "
                         "F.scaled_dot_product_attention and nn.MultiheadAttention)")]
     known = known_scale(subject)
-    findings, measured = [], []
+    findings: list[Finding] = []
+    measured: list[dict] = []
     for site in sites:
         m = measure(site, collector.captured)
         if m is None:
@@ -66,7 +67,8 @@ def attention_scale(ctx) -> list[Finding]:
         entry = {"module": site.module, "line": site.line, "d_k": d_k, "measured": m.scale, "expected": expected,
                  "read_from": m.how, "operand_scalars": m.traced}
         measured.append(entry)
-        if abs(m.scale / expected - 1) > TOLERANCE and not any(f.location.module == site.module for f in findings):
+        if abs(m.scale / expected - 1) > TOLERANCE and not any(
+                f.location is not None and f.location.module == site.module for f in findings):
             findings.append(_judge(subject, site, m, expected, known, entry,
                                    {c.event.index: c for c in collector.captured}))
     if not measured:
@@ -124,7 +126,7 @@ def known_scale(subject) -> tuple[float, str] | None:
 def measure(site: AttentionSite, captured: list[CapturedOp]) -> Measured | None:
     by_index = {c.event.index: c for c in captured}
     q_axis, k_axis = _contracted_axes(site, by_index.get(site.score_op.index))
-    if q_axis is None:
+    if q_axis is None or k_axis is None:  # both None or neither
         return None
     before = [c for c in captured if c.event.index < site.score_op.index and c.event.short_name in PROJECTIONS
               and not c.extra.get("no_parameter") and c.out is not None]
@@ -171,7 +173,10 @@ def _raw_product(site: AttentionSite, by_index: dict) -> torch.Tensor | None:
     q, k = site.query.tensor.double(), site.key.tensor.double()
     try:
         if site.score_op.short_name == "einsum":
-            sa, sb, so = _equation(by_index.get(site.score_op.index))
+            parsed = _equation(by_index.get(site.score_op.index))
+            if parsed is None:  # as the TypeError of unpacking None
+                return None
+            sa, sb, so = parsed
             return torch.einsum(f"{sa},{sb}->{so}", q, k)
         return q @ k
     except (RuntimeError, TypeError, ValueError):
@@ -216,7 +221,7 @@ def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[
     n = norms.numel()
     for proj in reversed(projections[-12:]):
         out = proj.out
-        if out.dim() < 2 or out.shape[-1] % d:
+        if out is None or out.dim() < 2 or out.shape[-1] % d:  # None: filtered out by the caller
             continue
         chunks = out.double().reshape(-1, out.shape[-1] // d, d).norm(dim=-1)  # (tokens, chunks)
         tokens, groups = chunks.shape
@@ -268,6 +273,7 @@ def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]
 
 def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict) -> Finding:
     d_k = site.contracted
+    assert d_k is not None  # every site records the size its score product sums over
     what, bug = diagnose(m.scale, d_k, subject.facts.d_model)
     module = site.module or "<root>"
     location = Location(module=site.module, file=site.file, line=site.line)
@@ -302,7 +308,7 @@ def _position_bias(site: AttentionSite, by_index: dict) -> str | None:
     sample (T5's relative position buckets, ALiBi): a sign of a relative-position design."""
     logits, raw = _softmax_input(site, by_index), _raw_product(site, by_index)
     fitted = _fitted_scale(raw, logits)
-    if fitted is None:
+    if fitted is None or logits is None or raw is None:  # fitted is None where either is
         return None
     bias = (logits.double().reshape(BATCH, -1) - fitted * raw.reshape(BATCH, -1)).mean(0)
     finite = bias[torch.isfinite(bias) & (bias.abs() < 1e4)]

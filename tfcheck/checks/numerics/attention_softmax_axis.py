@@ -7,6 +7,8 @@ sum to 0 under a safe softmax). ``F.scaled_dot_product_attention`` always normal
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import AttentionSite
@@ -28,11 +30,13 @@ def softmax_axis(ctx) -> list[Finding]:
         return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "
                         "product of two activations followed by softmax and a product with the values, "
                         "F.scaled_dot_product_attention and nn.MultiheadAttention)")]
-    checked, findings = [], []
+    checked: list[dict] = []
+    findings: list[Finding] = []
     for site in sites:
         entry, finding = _judge(site)
         checked.append(entry)
-        if finding is not None and not any(f.location.module == site.module for f in findings):
+        if finding is not None and not any(f.location is not None and f.location.module == site.module
+                                           for f in findings):
             findings.append(finding)
     evidence = {"sites": checked, "sum_tolerance": SUM_TOLERANCE}
     if findings:
@@ -44,8 +48,8 @@ def softmax_axis(ctx) -> list[Finding]:
                     Location(module=""), evidence)]
 
 
-def _axis_names(site: AttentionSite, ndim: int) -> dict[int, str]:
-    q_axis, k_axis = (a % ndim for a in site.score_axes)
+def _axis_names(score_axes: tuple[int, int], ndim: int) -> dict[int, str]:
+    q_axis, k_axis = (a % ndim for a in score_axes)
     names = {q_axis: "queries", k_axis: "keys"}
     for axis in range(ndim):
         names.setdefault(axis, "batch" if axis == 0 else "heads" if axis < q_axis else f"axis {axis}")
@@ -53,7 +57,7 @@ def _axis_names(site: AttentionSite, ndim: int) -> dict[int, str]:
 
 
 def _judge(site: AttentionSite) -> tuple[dict, Finding | None]:
-    entry = {"module": site.module, "line": site.line, "form": site.form}
+    entry: dict[str, Any] = {"module": site.module, "line": site.line, "form": site.form}
     if site.form == "sdpa" or site.probabilities is None or site.scores is None or site.score_axes is None:
         return entry, None
     probs = site.probabilities
@@ -72,7 +76,8 @@ def _judge(site: AttentionSite) -> tuple[dict, Finding | None]:
     wrong_dim = dim is not None and dim != key_axis
     if not wrong_dim and not bool(off.any()):
         return entry, None
-    over = _axis_names(site, ndim).get(dim, "an unknown axis") if dim is not None else "an axis other than the keys"
+    over = _axis_names(site.score_axes, ndim).get(dim, "an unknown axis") if dim is not None \
+        else "an axis other than the keys"
     module = site.module or "<root>"
     op = site.softmax_op or site.score_op
     return entry, Finding(

@@ -48,10 +48,11 @@ def numerics_half(ctx) -> list[Finding]:
                     "declare precision=fp16 if it trains in float16 (this then fails), or precision=fp32")
         findings.append(Finding(
             ID, status,
-            f"'{e.module or '<root>'}' writes the {first.how} {first.value:g} into a {str(first.dtype).replace('torch.', '')} "
-            f"tensor ({e.short_name}): it does not fit {' or '.join(first.overflows())} (|v| > "
-            f"{65504 if 'float16' in first.overflows() else evidence['bfloat16_max']:g}) and becomes -inf there, so a fully "
-            f"masked row gives NaN. Use torch.finfo(scores.dtype).min, which follows the dtype. ({declared}; "
+            f"'{e.module or '<root>'}' writes the {first.how} {first.value:g} into a "
+            f"{str(first.dtype).replace('torch.', '')} tensor ({e.short_name}): it does not fit "
+            f"{' or '.join(first.overflows())} (|v| > "
+            f"{65504 if 'float16' in first.overflows() else evidence['bfloat16_max']:g}) and becomes -inf there, so a "
+            f"fully masked row gives NaN. Use torch.finfo(scores.dtype).min, which follows the dtype. ({declared}; "
             f"{len(overflowing)} such constants.)",
             Location(module=e.module, file=e.file, line=e.line), evidence, row=ROW))
     if precision in _DTYPES:
@@ -104,7 +105,7 @@ def _autocast_run(ctx, args, kwargs, dtype: torch.dtype, evidence: dict) -> list
     evidence.update({"autocast": name, "autocast_output_finite": finite,
                      "autocast_first_nan": tracker.nan.to_dict() if tracker.nan else None,
                      "autocast_first_inf": tracker.inf.to_dict() if tracker.inf else None})
-    out = []
+    out: list[Finding] = []
     if finite and not overflow:
         return out
     producer = tracker.nan or tracker.inf
@@ -114,6 +115,7 @@ def _autocast_run(ctx, args, kwargs, dtype: torch.dtype, evidence: dict) -> list
             f"the constant {overflow[0].value:g} is written into a {name} tensor and becomes -inf")
     out.append(Finding(ID, Status.FAIL, f"under {name} autocast (precision={name[:1]}{name[-2:]} declared) {what}. "
                        "Fill masks with torch.finfo(scores.dtype).min and keep softmax inputs in range.",
-                       Location(module=where.module, file=where.file, line=where.line) if where else Location(module=""),
+                       Location(module=where.module, file=where.file, line=where.line) if where
+                       else Location(module=""),
                        evidence, row=ROW))
     return out

@@ -8,6 +8,8 @@ inputs held (rows that were entirely −inf?).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
 
@@ -45,7 +47,7 @@ def nan_source(ctx) -> list[Finding]:
     args, kwargs, keep = _padded_batch(subject)
     params = [p for p in subject.model.parameters() if p.requires_grad and p.is_floating_point()]
     tracker = NonFiniteTracker()
-    grads = []
+    grads: Sequence[torch.Tensor | None] = []
     with Recorder(subject.model, on_op=tracker):
         probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row", grad=True)
         out = probe.output
@@ -73,9 +75,11 @@ def nan_source(ctx) -> list[Finding]:
         spread = [w for w, bad in (("the outputs of real (not fully padded) samples", any(per_sample[:2])),
                                    (f"the gradients of {len(bad_grads)} parameters", bool(bad_grads))) if bad]
         return [Finding(ID, Status.FAIL,
-                        f"on a padded batch with one fully padded row, non-finite values reached {' and '.join(spread)}. "
+                        "on a padded batch with one fully padded row, non-finite values reached "
+                        f"{' and '.join(spread)}. "
                         + _cause(producer) + " A row with every key masked must stay finite: fill with "
-                        "torch.finfo(scores.dtype).min instead of -inf, or zero the probabilities of fully masked rows.",
+                        "torch.finfo(scores.dtype).min instead of -inf, or zero the probabilities of fully masked "
+                        "rows.",
                         _location(producer), evidence, row=ROW)]
     if per_sample[2]:
         inside_torch_mha = producer is not None and _inside_torch_mha(subject.model, producer)
@@ -85,7 +89,8 @@ def nan_source(ctx) -> list[Finding]:
             message += (" It comes from inside torch's own nn.MultiheadAttention, which behaves so on a sequence "
                         "with every key padded; drop empty sequences from the batch.")
         else:
-            message += " Harmless only while no loss or metric reads that row; drop empty sequences or fill masks with finfo.min."
+            message += (" Harmless only while no loss or metric reads that row; drop empty sequences or fill masks "
+                        "with finfo.min.")
         return [Finding(ID, Status.WARN, message, _location(producer), {**evidence, "warning": "fully padded row"},
                         row=ROW)]
     if not evidence["gradients_checked"]:

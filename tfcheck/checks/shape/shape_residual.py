@@ -32,8 +32,8 @@ class Residual:
 
 
 @check(ID, "residual adds keep (batch, length, d_model); attention and FFN sit inside a residual",
-       rows=("residual-width", "tensor-size-mismatch", "residual-missing"), kinds=("encoder", "decoder", "seq2seq", None),
-       order=20)
+       rows=("residual-width", "tensor-size-mismatch", "residual-missing"),
+       kinds=("encoder", "decoder", "seq2seq", None), order=20)
 def shape_residual(ctx) -> list[Finding]:
     """One recorded forward at the probe size. Each residual add is judged by its operands' shapes; each
     attention (a softmax or fused attention op) and each feed-forward (a Linear widening d -> d_ff followed
@@ -118,7 +118,8 @@ class Dataflow:
 
     def depends(self, later: int, earlier: set[int]) -> bool:
         """Whether tensor ``later`` was computed (through ops) from any tensor in ``earlier``."""
-        seen, todo = set(), [later]
+        seen: set[int] = set()
+        todo = [later]
         while todo and len(seen) < SEARCH_LIMIT:
             t = todo.pop()
             if t in earlier:
@@ -137,7 +138,8 @@ class Dataflow:
         for op in self.ops:
             if op.short_name not in ADDS or op.phase != "forward" or len(op.input_ids) != 2 or len(op.inputs) != 2:
                 continue
-            if not all(m.dtype.startswith(("float", "bfloat")) for m in op.inputs) or op.input_ids[0] == op.input_ids[1]:
+            if (not all(m.dtype.startswith(("float", "bfloat")) for m in op.inputs)
+                    or op.input_ids[0] == op.input_ids[1]):
                 continue
             # A residual stream is (batch, length, d_model) (or flattened): a 4-d add is scores plus an
             # additive mask or a position bias (eager attention), never a residual.
@@ -186,7 +188,7 @@ class Dataflow:
 
     def uncovered(self, residuals: list[Residual]) -> list[tuple[str, ModuleCall]]:
         """Attention and feed-forward sublayers whose output no residual add carries around them."""
-        out = []
+        out: list[tuple[str, ModuleCall]] = []
         for kind, call in self._sublayers():
             if self._adds_its_input(call) or any(self._carries(r, call) for r in residuals):
                 continue

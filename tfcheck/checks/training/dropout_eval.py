@@ -21,10 +21,10 @@ RANDOM_OPS = frozenset({"native_dropout", "bernoulli", "bernoulli_", "rand", "ra
 @check(ID, "eval-mode forwards are deterministic; train-mode dropout is active",
        rows=("dropout-in-eval", "dropout-inactive-in-train"), order=87)
 def dropout_eval(ctx) -> list[Finding]:
-    """Eval mode: two forwards of the probe inputs must agree to float rounding; when they do not, a recorded forward names the module whose
-    random op ran. Train mode (set on every module and restored after, buffers too): when the model holds
-    dropout with p > 0, two forwards must differ. Cost: 1 forward (the memoised probe is the first), 2 more
-    for a model with dropout."""
+    """Eval mode: two forwards of the probe inputs must agree to float rounding; when they do not, a recorded
+    forward names the module whose random op ran. Train mode (set on every module and restored after, buffers
+    too): when the model holds dropout with p > 0, two forwards must differ. Cost: 1 forward (the memoised
+    probe is the first), 2 more for a model with dropout."""
     subject = ctx.subject
     first = ctx.forward(PROBE_BATCH, subject.probe_length())
     # Every check starts from the same random state, so the memoised probe drew what a forward now would:
@@ -39,7 +39,8 @@ def dropout_eval(ctx) -> list[Finding]:
     tol = tolerance(first.output)
     eval_change = float(change_per_position(first.output, second.output).max())
     dropouts = _dropouts(subject.model)
-    evidence = {"eval_change": eval_change, "tolerance": tol, "dropout_modules": [f"{n} (p={p})" for n, p in dropouts][:10]}
+    evidence = {"eval_change": eval_change, "tolerance": tol,
+                "dropout_modules": [f"{n} (p={p})" for n, p in dropouts][:10]}
     if eval_change > tol:
         culprit = _random_op(ctx, first)
         file, line = culprit.pop("file", None), culprit.pop("line", None)

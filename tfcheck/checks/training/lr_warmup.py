@@ -32,6 +32,7 @@ def lr_warmup(ctx) -> list[Finding]:
     plausible band for Adam, and compared with the paper's formula where d_model is known."""
     subject = ctx.subject
     schedule = find_schedule(subject)
+    assert schedule is not None  # the check applies only where there is one
     curve = lr_curve(subject, schedule)
     evidence = _evidence(subject, curve)
     if curve.error_step == 0:
@@ -65,7 +66,9 @@ def _samples(rates: list[float], n: int = 9) -> dict[int, float]:
 
 def _raised_at_start(curve: Curve, evidence: dict) -> Finding:
     hint = ""
-    if "ZeroDivisionError" in curve.error or "negative power" in curve.error or "math domain" in curve.error:
+    error = curve.error
+    assert error is not None  # set with error_step
+    if "ZeroDivisionError" in error or "negative power" in error or "math domain" in error:
         hint = (" PyTorch schedulers call the lambda with step 0 first, so the paper's step**-0.5 divides by "
                 "zero: count from step + 1, e.g. lambda step: d_model**-0.5 * min((step + 1)**-0.5, "
                 "(step + 1) * warmup**-1.5).")
@@ -100,9 +103,10 @@ def _judge(subject, curve: Curve, evidence: dict) -> list[Finding]:
                         "trains (an integer division such as step // warmup, or a multiplier schedule given lr=0)",
                         Location(), {**evidence, "tolerance": "> 0 at some step"}, row="lr-stuck-at-zero")]
     if zeros > 1:
-        return [Finding(ID, Status.FAIL, f"the rate is 0 for the first {zeros} steps and then jumps to {rates[zeros]:.3g} "
-                        f"({_shown(curve)}): warmup does not ramp, it waits. An integer division (step // warmup, "
-                        "or int(step / warmup)) is the usual cause: divide as floats, e.g. (step + 1) / warmup",
+        return [Finding(ID, Status.FAIL, f"the rate is 0 for the first {zeros} steps and then jumps to "
+                        f"{rates[zeros]:.3g} ({_shown(curve)}): warmup does not ramp, it waits. An integer division "
+                        "(step // warmup, or int(step / warmup)) is the usual cause: divide as floats, e.g. "
+                        "(step + 1) / warmup",
                         Location(), {**evidence, "zero_steps": zeros, "tolerance": "0 at most at step 0"},
                         row="lr-stuck-at-zero")]
     findings = _shape(subject, curve, evidence)
@@ -165,7 +169,8 @@ def _shape(subject, curve: Curve, evidence: dict) -> list[Finding]:
 
 def _peak(curve: Curve, evidence: dict) -> list[Finding]:
     top = max(curve.rates)
-    absolute = curve.schedule.absolute or top < curve.schedule.base_lr * (1 - SLACK)
+    base_lr = curve.schedule.base_lr  # set by lr_curve, from the optimizer where not declared
+    absolute = curve.schedule.absolute or (base_lr is not None and top < base_lr * (1 - SLACK))
     evidence["peak_judged_as"] = "absolute rate" if absolute else "multiplier of the base rate (not judged)"
     low, high = PLAUSIBLE_PEAK
     if not absolute or low <= top <= high:

@@ -160,7 +160,7 @@ def _call_order(model) -> Iterator[dict[str, int]]:
 def _whole_modules(model, names: set[str]) -> list[str]:
     """The largest modules all of whose trainable parameters are in ``names`` ('layers.0.self_attn', not its
     four Linears), in model order; a parameter outside any such module is named itself ('layers.0.attn.bias_s')."""
-    full = []
+    full: list[str] = []
     for path, module in model.named_modules():
         own = [f"{path}.{n}" if path else n for n, p in module.named_parameters() if p.requires_grad]
         if own and all(n in names for n in own) and not any(path.startswith(f + ".") or f == "" for f in full):

@@ -59,7 +59,8 @@ def train_loss_at_init(ctx) -> list[Finding]:
     floor = math.log(vocab)
     per_position = -logp.mean(-1)
     evidence = {"cross_entropy": expected, "ln_vocab": floor, "excess": expected - floor, "vocab_size": vocab,
-                "worst_position_excess": float(per_position.max()) - floor, "logit_std": float(out.detach().float().std()),
+                "worst_position_excess": float(per_position.max()) - floor,
+                "logit_std": float(out.detach().float().std()),
                 "head_from": why, "tolerance": f"excess <= {EXCESS_TOLERANCE} nat",
                 "measured_on": f"the probe at batch {probe.batch}, length {probe.length}"}
     if expected - floor > EXCESS_TOLERANCE:

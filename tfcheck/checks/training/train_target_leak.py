@@ -56,6 +56,7 @@ def train_target_leak(ctx) -> list[Finding]:
     the model's own loss on another fresh batch without a graph. It must stay near ln(vocab_size)."""
     subject = ctx.subject
     label = label_argument(subject)
+    assert label is not None  # the check applies only to a model with one (_not_applicable)
     vocab = subject.facts.output_vocab_size
     if not vocab:
         return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT", evidence={})]
