@@ -11,5 +11,6 @@ import tfcheck.engine.runner  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-# The zoo of edge-case models lives beside the tests and is imported by spec ("zoo:TupleOutput").
-sys.path.insert(0, str(Path(__file__).parent))
+# What the tests share lives in tests/support/ (the zoo of edge-case models, the helpers, the families, the
+# snapshot harness) and is imported by its bare module name, as the spec strings name it ("zoo:TupleOutput").
+sys.path.insert(0, str(Path(__file__).parent / "support"))

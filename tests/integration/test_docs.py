@@ -15,7 +15,7 @@ from tfcheck.engine import battery
 from tfcheck.model import declarations
 from tfcheck.report import table
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))  # docs/models/ too
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
 

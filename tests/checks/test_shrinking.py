@@ -23,7 +23,7 @@ from tfcheck.explainers import shrinking
 from tfcheck.shrinking import describe_padding, replay  # the public path the replay lines print
 
 CAUSAL, PADDING, BATCH = "mask.causal", "mask.padding", "batch.independence"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class LMWithShortCausalCache(TransformerLM):
@@ -110,7 +110,7 @@ def test_the_replay_line_measures_the_example_again():
     finding, example = minimal("zoo_masks:HFLikeMaskRepeatedNotInterleaved", PADDING)
     line = finding.evidence["replay"]
     assert line.startswith("python -c ") and "zoo_masks:HFLikeMaskRepeatedNotInterleaved" in line
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT)])}
     argv = shlex.split(line)
     assert argv[0] == "python", line  # what tfcheck prints for the user; run it with this interpreter, not PATH's
     out = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, cwd=ROOT,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "tfcheck"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "tfcheck"
 
 DISPLAY_DUNDERS = frozenset({"__str__", "__rich__", "__repr__"})
 #: subpackages whose display dunders may import the views (``ui``) lazily

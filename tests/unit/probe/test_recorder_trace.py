@@ -18,12 +18,12 @@ from reference_model import TransformerLM, broken
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.recorder import Recorder
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "support" / "golden"
 UPDATE = os.environ.get("TFCHECK_UPDATE_GOLDEN") == "1"
 
 
 def assert_golden(name: str, text: str) -> None:
-    """Compare text with tests/golden/<name>. A missing golden file fails (it would otherwise be written and
+    """Compare text with tests/support/golden/<name>. A missing golden file fails (it would otherwise be written and
     compared with itself); TFCHECK_UPDATE_GOLDEN=1 writes or rewrites it and passes."""
     path = GOLDEN / name
     if UPDATE:
@@ -32,7 +32,8 @@ def assert_golden(name: str, text: str) -> None:
     if not path.exists():
         pytest.fail(
             f"golden file {path} is missing; create it by running this test with TFCHECK_UPDATE_GOLDEN=1 "
-            f"(e.g. TFCHECK_UPDATE_GOLDEN=1 pytest tests/test_recorder_trace.py), check its content and commit it"
+            f"(e.g. TFCHECK_UPDATE_GOLDEN=1 pytest tests/unit/probe/test_recorder_trace.py), check its content and "
+            f"commit it"
         )
     assert text == path.read_text(encoding="utf-8"), f"{name} differs; TFCHECK_UPDATE_GOLDEN=1 rewrites it"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "CONTRIBUTING.md"
 BLOCK = re.compile(r"^<!-- (new file|append to): (\S+) -->[ \t]*\n```(\w+)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 COPIED = ("tfcheck", "reference_model")

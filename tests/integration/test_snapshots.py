@@ -1,4 +1,4 @@
-"""Every report tfcheck is proven on matches its stored snapshot (see tests/snapshot.py)."""
+"""Every report tfcheck is proven on matches its stored snapshot (see tests/support/snapshot.py)."""
 import importlib.util
 
 import pytest
@@ -11,7 +11,7 @@ SUBJECTS = subjects()
 @pytest.mark.parametrize("name", SUBJECTS)
 def test_report_matches_its_snapshot(name):
     if name.startswith("family-"):
-        from test_model_families import FAMILIES
+        from families import FAMILIES
 
         needs = FAMILIES[name.removeprefix("family-")].needs
         if needs and importlib.util.find_spec(needs) is None:

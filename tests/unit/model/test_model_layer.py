@@ -12,7 +12,7 @@ from tfcheck.explainers import model_facts
 from tfcheck.model import names
 from tfcheck.model.spec import SMALL_VALUES
 
-MODEL_LAYER = Path(__file__).resolve().parent.parent / "tfcheck" / "model"
+MODEL_LAYER = Path(__file__).resolve().parents[3] / "tfcheck" / "model"
 MAX_LINES = 400
 
 

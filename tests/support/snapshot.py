@@ -3,7 +3,8 @@ broken variant of the gallery, every model family), normalised so that only what
 and compared with the copy stored in tests/snapshots/. It is the regression gate of every change that moves
 code or adds an inference rule: a report that changes is a diff to read and explain, never noise.
 
-    TFCHECK_UPDATE_SNAPSHOTS=1 pytest tests/test_snapshots.py   # rewrite the stored copies, then read the diff
+    # rewrite the stored copies, then read the diff:
+    TFCHECK_UPDATE_SNAPSHOTS=1 pytest tests/integration/test_snapshots.py
 """
 from __future__ import annotations
 
@@ -18,15 +19,15 @@ from typing import Any
 
 import tfcheck
 
-STORE = Path(__file__).parent / "snapshots"
-REPO = Path(__file__).resolve().parents[1]
+STORE = Path(__file__).resolve().parents[1] / "snapshots"
+REPO = Path(__file__).resolve().parents[2]
 UPDATE = os.environ.get("TFCHECK_UPDATE_SNAPSHOTS") == "1"
 
 
 def subjects() -> dict[str, Callable[[], Any]]:
     """name -> a call that returns the subject's tfcheck.Report."""
+    from families import FAMILIES, report_of
     from reference_model import broken
-    from test_model_families import FAMILIES, _report_of
 
     found: dict[str, Callable[[], Any]] = {}
     for name in ("TransformerEncoder", "TransformerLM", "Seq2SeqTransformer"):
@@ -34,7 +35,7 @@ def subjects() -> dict[str, Callable[[], Any]]:
     for variant in broken.VARIANTS:
         found[f"broken-{variant.__name__}"] = lambda v=variant: tfcheck.run_checks(v)
     for name, family in FAMILIES.items():
-        found[f"family-{name}"] = lambda f=family: _report_of(f)
+        found[f"family-{name}"] = lambda f=family: report_of(f)
     return found
 
 
@@ -79,7 +80,8 @@ def assert_same(name: str, report: Any) -> None:
     if UPDATE:
         path.write_text(json.dumps(now, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
         return
-    assert path.exists(), f"no snapshot {path}: run TFCHECK_UPDATE_SNAPSHOTS=1 pytest tests/test_snapshots.py"
+    assert path.exists(), (f"no snapshot {path}: run "
+                           "TFCHECK_UPDATE_SNAPSHOTS=1 pytest tests/integration/test_snapshots.py")
     before = json.loads(path.read_text(encoding="utf-8"))
     assert now == before, _diff(before, now)
 

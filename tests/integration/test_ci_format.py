@@ -17,7 +17,7 @@ from tfcheck.report.report import CheckResult, ModelReport, Report
 from tfcheck.report.status import Status
 from tfcheck.ui import annotations
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 CI_PAGE = DOCS / "ci.md"
 
 
@@ -46,7 +46,7 @@ def _report(*findings: Finding, spec: str = "reference_model.broken:CausalMaskOf
 
 
 def test_one_line_per_problem_at_the_findings_line_or_the_models_definition(tmp_path, monkeypatch):
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     report = _report(
         Finding("mask.causal", Status.FAIL, "leaks", Location(module="layers.0"), row="causal-mask-misaligned"),
@@ -73,7 +73,7 @@ def test_one_line_per_problem_at_the_findings_line_or_the_models_definition(tmp_
 
 
 def test_the_workspace_comes_from_github_workspace(monkeypatch, tmp_path):
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("GITHUB_WORKSPACE", str(root / "reference_model"))
     report = _report(Finding("mask.causal", Status.FAIL, "leaks"))
     assert annotations.github_annotations(report)[0].startswith("::error file=broken/masks.py,line=")
@@ -86,7 +86,7 @@ def test_specs_that_name_nothing_inspectable_still_annotate():
 
 
 def test_tfcheck_check_format_github_prints_annotations_after_the_report(capsys, monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
     code = cli.main(["check", "reference_model.broken:CausalMaskOffByOne", "--only", "mask.causal",
                      "--format", "github"])

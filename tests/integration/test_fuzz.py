@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfcheck
+from model_state import assert_same, snapshot
 from reference_model import Seq2SeqTransformer, TransformerEncoder, TransformerLM, broken
-from test_reliability import assert_same, snapshot
 from tfcheck import Status
 from tfcheck.engine.runner import applicable_checks, load_subject
 

@@ -1,7 +1,7 @@
 """Correct models in the styles people actually write, built small: torch.nn used as its documentation
 shows, the tutorial style (the Annotated Transformer and its kin), nanoGPT's model.py, x-transformers and
 bare attention modules. (Hugging Face models need no copy: tfcheck builds them from small configs.)
-tests/test_model_families.py runs the whole battery on each, and injects one defect into each."""
+tests/integration/test_model_families.py runs the whole battery on each, and injects one defect into each."""
 from __future__ import annotations
 
 import math

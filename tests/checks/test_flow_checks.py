@@ -1,5 +1,5 @@
 """batch.independence, position.sensitivity and cross.dependence, proven both ways: every named pattern is
-caught (reference variants in reference_model.broken.flow, other styles in tests/zoo_flow.py), and correct
+caught (reference variants in reference_model.broken.flow, other styles in tests/support/zoo_flow.py), and correct
 models — the reference models, torch.nn used as documented, Hugging Face models built from configs — raise
 no failure."""
 from __future__ import annotations

@@ -142,7 +142,7 @@ def test_inputs_factory_declaration_feeds_the_model():
 
 
 def test_factory_file_path_and_instance_specs(tmp_path, monkeypatch):
-    for spec in ("zoo:build_tiny_lm", "tests/zoo.py:build_tiny_lm", "zoo:tiny_lm_instance"):
+    for spec in ("zoo:build_tiny_lm", "tests/support/zoo.py:build_tiny_lm", "zoo:tiny_lm_instance"):
         report = tfcheck.run_checks(spec, only=["forward.smoke", "shape.contract"])
         assert report.status is Status.PASS, spec
 
