@@ -101,7 +101,8 @@ def test_cached_decoding_matches_the_full_forward_on_correct_models(spec):
     res = result(spec, CACHE)
     assert res.status is Status.PASS, str(res.findings)
     evidence = res.findings[0].evidence
-    assert max(evidence["largest_difference_per_position"]) <= evidence["tolerance"] < evidence["positive_control_change"]
+    assert max(evidence["largest_difference_per_position"]) <= evidence["tolerance"] \
+        < evidence["positive_control_change"]
     assert res.cost.forward == 4  # one full forward, a prefill of 4 tokens, 2 steps of one token
 
 

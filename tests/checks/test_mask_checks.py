@@ -174,7 +174,7 @@ def test_leak_map_text_rich_json_and_image(tmp_path):
     assert lines[2].split()[1].startswith("oXX.")  # q0: itself allowed, the next two leak (two layers)
     wide = result(broken.CausalMaskOffByOne, CAUSAL, probe_len=48, kwargs={"max_len": 64}).findings[0]
     header = wide.evidence["leak_map"].splitlines()[1:3]  # 16 of 48 positions: indices written downwards
-    assert [line.strip() for line in header] == ["111222333444", "0369369258148147"]  # 0, 3, ..., 47  # q0: itself allowed, position 2 leaks (two layers), 4 not
+    assert [line.strip() for line in header] == ["111222333444", "0369369258148147"]  # 0, 3, ..., 47
     restored = leakmap.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
     assert restored.text() == finding.evidence["leak_map"]
     buf = io.StringIO()

@@ -1,5 +1,5 @@
-"""Minimal failing examples (tfcheck.explainers.shrinking): after a mask or batch check fails, hypothesis shrinks the failure
-to the smallest batch, length and padding that still show it; the search is deterministic, writes nothing,
+"""Minimal failing examples (tfcheck.explainers.shrinking): after a mask or batch check fails, hypothesis shrinks the
+failure to the smallest batch, length and padding that still show it; the search is deterministic, writes nothing,
 ignores the user's hypothesis profile, and costs nothing on a correct model."""
 from __future__ import annotations
 
@@ -297,7 +297,8 @@ def test_describe_padding():
 
 
 def test_replay_refuses_a_check_without_examples():
-    with pytest.raises(tfcheck.UsageError, match="checks with minimal examples are: batch.independence, mask.causal, mask.padding$"):
+    with pytest.raises(tfcheck.UsageError,
+                       match="checks with minimal examples are: batch.independence, mask.causal, mask.padding$"):
         replay("reference_model:TransformerLM", "shape.contract", {})
     with pytest.raises(tfcheck.UsageError, match="missing position"):
         replay("reference_model:TransformerLM", CAUSAL, {"batch": 1, "length": 2, "seed": 0})

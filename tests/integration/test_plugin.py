@@ -73,8 +73,8 @@ def test_set_declarations_outrank_the_models_own(pytester):
 
 
 def test_accepted_failure_passes_and_is_listed(pytester):
-    result = pytester.runpytest("--tfcheck", HEADLESS, "--tfcheck-set", "accept=shape.contract:hidden states on purpose",
-                                *FOUNDATION)
+    result = pytester.runpytest("--tfcheck", HEADLESS,
+                                "--tfcheck-set", "accept=shape.contract:hidden states on purpose", *FOUNDATION)
     result.assert_outcomes(passed=2, deselected=battery_size(HEADLESS) - 2)
     summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
     assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary

@@ -229,7 +229,7 @@ def test_overrides_and_config():
         model.config = LMConfig()  # read-only
     assert Seq2SeqConfig().vocab_size == 101
     with pytest.raises(AttributeError):
-        Seq2SeqConfig(src_vocab_size=7).vocab_size
+        _ = Seq2SeqConfig(src_vocab_size=7).vocab_size
 
 
 def test_declarations():

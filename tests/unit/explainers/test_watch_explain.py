@@ -193,7 +193,8 @@ def test_explain_plain_text_reads_the_numbers_in_it():
                         "of which 1.00 GiB is free.")
     assert e.rows == ["out-of-memory"] and "one allocation of 4.00 GiB failed with 1.00 GiB free" in e.message
     assert any("divide the batch by 4" in item and "the length by 2" in item for item in e.look_at)
-    size = tfcheck.explain("The size of tensor a (64) must match the size of tensor b (16) at non-singleton dimension 1")
+    size = tfcheck.explain("The size of tensor a (64) must match the size of tensor b (16) at non-singleton "
+                           "dimension 1")
     assert size.rows == ["tensor-size-mismatch", "max-len-exceeded"]
 
 
@@ -262,7 +263,8 @@ def test_watch_warns_once_and_can_raise_instead():
         model(tokens)
         model(tokens)
     assert len([r for r in record if r.category is NonFiniteWarning]) == 1
-    with pytest.raises(NonFiniteError, match="came out of 'layers.0.self_attn'"), tfcheck.watch(model, on_nonfinite="raise"):
+    with pytest.raises(NonFiniteError, match="came out of 'layers.0.self_attn'"), \
+            tfcheck.watch(model, on_nonfinite="raise"):
         model(tokens)
 
 
