@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: what CONTRIBUTING.md runs, from the repository root
 RUFF = [sys.executable, "-m", "ruff", "check", "tfcheck", "tests", "benchmarks", "reference_model"]
 MYPY = [sys.executable, "-m", "mypy", "tfcheck"]
