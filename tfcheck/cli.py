@@ -120,9 +120,16 @@ def _check(args) -> int:
         target, attr = split_spec(spec)
         resolve_attr(import_target(target), target, attr)
     report = Report()
-    for spec in specs:
-        subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
-        report.models.append(run_model(subject, only))
+    try:
+        for spec in specs:
+            subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
+            report.models.append(run_model(subject, only))
+    except KeyboardInterrupt:
+        if json_path is not None:  # what finished is still worth having: the models checked before Ctrl-C
+            write_report(json_path, report.to_json(), "--json")
+            print(f"tfcheck: interrupted; the {len(report.models)} model(s) checked before it are in {json_path}",
+                  file=sys.stderr)
+        raise
     sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
     if args.format == "github":
         from tfcheck.ui.annotations import github_annotations

@@ -735,3 +735,29 @@ def test_an_error_of_tfcheck_in_forward_smoke_exits_3_with_or_without_only(monke
                         registry.Check(smoke.id, smoke.title, smoke.kinds, smoke.rows, broken_smoke, smoke.doc, 0))
     assert main(["check", LM]) == 3
     assert main(["check", LM, "--only", "shape.contract"]) == 3
+
+
+CTRL_C_BETWEEN_MODELS = """
+import os, signal, sys
+import tfcheck.engine.runner as runner
+from tfcheck.cli import main
+
+real = runner.run_model
+def ctrl_c_on_the_second(subject, only=None):
+    if subject.spec.endswith("TransformerEncoder"):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C once the first model is done
+    return real(subject, only)
+
+runner.run_model = ctrl_c_on_the_second
+sys.exit(main(["check", "reference_model:TransformerLM", "reference_model:TransformerEncoder",
+               "--only", "shape.contract", "--json", sys.argv[1]]))
+"""
+
+
+def test_ctrl_c_exits_130_without_a_traceback_and_keeps_the_models_already_checked(tmp_path):
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-c", CTRL_C_BETWEEN_MODELS, str(out)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "tfcheck: interrupted" in done.stderr
+    assert [m["spec"] for m in json.loads(out.read_text())["models"]] == ["reference_model:TransformerLM"]
