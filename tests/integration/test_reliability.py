@@ -481,6 +481,17 @@ def factory_exits():
 
 def inputs_raise(batch, length):
     raise ValueError("no data here")
+
+class ReadsATensorValue(_Base):
+    """Reads a value from a tensor while building (which a meta tensor cannot answer), then asks for 160 GB."""
+
+    def __init__(self):
+        super().__init__()
+        self.temperature = torch.tensor(2.0).item()  # a meta tensor has no value to give
+        self.huge = nn.Parameter(torch.zeros(400_000, 100_000))
+
+    def forward(self, tokens):
+        return self.embed(tokens)
 '''
 
 def case(name, spec, options, exit_code, outcome, needle, skip_if=None):
@@ -525,6 +536,8 @@ BAD_INPUT = [
          "output=99 selects an element of a returned tuple, but the model returns a tensor itself"),
     case("mask-names-no-argument", LM, (("set", "mask=nonexistent:keep"),), EXIT_USAGE, "load",
          ("mask=nonexistent:...", "names no argument of TransformerLM.forward, which takes tokens")),
+    case("item-in-constructor-then-too-large", "strange.py:ReadsATensorValue", (), EXIT_USAGE, "load",
+         ("would allocate", "(an estimate: the constructor read tensor values, which the count answers with 0)")),
     case("returns-none", "zoo:ReturnsNothingUseful", (), EXIT_FAIL, "failed", "returned a NoneType with no tensor"),
     case("returns-string", "strange.py:ReturnsString", (), EXIT_FAIL, "failed", "returned a str with no tensor"),
     case("returns-nested-junk", "strange.py:ReturnsNestedJunk", (), EXIT_FAIL, "failed",

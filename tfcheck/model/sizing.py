@@ -25,16 +25,19 @@ def available_bytes() -> int:
         return 8 << 30
 
 
-def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int] | None:
-    """(parameter count, bytes) of the module ``build()`` makes, built on the meta device (nothing is
-    allocated); None when the constructor cannot run there (it needs data, or is not a module)."""
+def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int, bool] | None:
+    """(parameter count, bytes, whether it is an estimate) of the module ``build()`` makes, built on the meta
+    device (nothing is allocated); None when the constructor cannot run there (or is not a module). An
+    estimate: the constructor read tensor values, which the build answered with 0."""
     import torch
     import torch.nn as nn
 
+    from tfcheck.model.meta_build import MetaBuild
     from tfcheck.model.user_code import user_code
 
+    mode = MetaBuild()
     try:
-        with torch.device("meta"), user_code():
+        with torch.device("meta"), mode, user_code():
             model = build()
     except Exception:  # noqa: BLE001 - any constructor failure here just means "measure it for real"
         return None
@@ -43,7 +46,7 @@ def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int] | None:
     # Lazy modules' parameters have no size until the first forward: what they will take is not known here.
     tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if not nn.parameter.is_lazy(t)}.values()
     return (sum(t.numel() for t in model.parameters() if not nn.parameter.is_lazy(t)),
-            sum(t.numel() * t.element_size() for t in tensors))
+            sum(t.numel() * t.element_size() for t in tensors), mode.invented)
 
 
 def human(n: float) -> str:

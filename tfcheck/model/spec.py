@@ -237,11 +237,12 @@ def _refuse_if_too_large(origin: Any, arguments: dict[str, Any], spec: str) -> N
     measured = meta_parameter_bytes(lambda: origin(**arguments))
     if measured is None:
         return
-    count, size = measured
+    count, size, estimate = measured
     budget = int(available_bytes() * MEMORY_SHARE)
     if size > budget:
+        about = " (an estimate: the constructor read tensor values, which the count answers with 0)" if estimate else ""
         raise SpecError(
-            f"building {spec}({_fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}); "
+            f"building {spec}({_fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}){about}; "
             f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the memory available). Give smaller "
             "sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}'), or trace it "
             "without allocating: tfcheck trace SPEC --meta.")
