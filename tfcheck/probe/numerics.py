@@ -74,6 +74,15 @@ class Producer:
                 "produced": self.what, "inputs": self.inputs, "output": self.output}
 
 
+#: Ops whose output is uninitialised memory (F.dropout's mask starts as empty_like, then bernoulli_ fills it).
+_UNINITIALISED = ("empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted")
+
+
+def _allocates_uninitialised(name: str) -> bool:
+    op = name.split(".")[-2] if name.startswith("aten.") and name.count(".") >= 2 else name.rsplit(".", 1)[-1]
+    return op in _UNINITIALISED
+
+
 @dataclass
 class NonFiniteTracker:
     """``on_op``: the first NaN producer and the first Inf producer (an Inf written from a scalar, such as
@@ -87,6 +96,8 @@ class NonFiniteTracker:
         self.ops += 1
         if self.nan is not None and self.inf is not None and event.level == "aten":
             return
+        if _allocates_uninitialised(event.name):
+            return  # its output is whatever the memory held (NaN at random); the op that fills it is judged
         outs = tensors_in(out)
         flags = [_nonfinite(t) for t in outs]
         out_nan, out_inf = any(f[0] for f in flags), any(f[1] for f in flags)
