@@ -97,7 +97,7 @@ def _check(args) -> int:
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     pyproject = find_pyproject(Path.cwd())
     from tfcheck.model.project_config import unique_specs
-    from tfcheck.model.spec import import_target, resolve_attr, split_spec
+    from tfcheck.model.spec import import_target, is_file_target, model_file, resolve_attr, split_spec
 
     specs, repeated = unique_specs(list(args.specs) or ([] if args.all else list(REFERENCE_SPECS)))
     if repeated:
@@ -116,9 +116,12 @@ def _check(args) -> int:
     if args.images and not args.json:
         raise UsageError("--images draws the leak maps next to the JSON report: give --json PATH too")
     json_path = writable_path(args.json, "--json") if args.json else None  # refused before the battery runs
-    for spec in specs:  # every spec imports and names something before the first battery runs
+    for spec in specs:  # every spec is found before the first battery runs
         target, attr = split_spec(spec)
-        resolve_attr(import_target(target), target, attr)
+        if is_file_target(target):
+            model_file(target)  # a file is run once, when its model is loaded: here only its existence
+        else:
+            resolve_attr(import_target(target), target, attr)  # imported once: the loader reuses the module
     report = Report()
     try:
         for spec in specs:

@@ -774,3 +774,11 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_the_models_already_check
     assert done.returncode == 130, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "tfcheck: interrupted" in done.stderr
     assert [m["spec"] for m in json.loads(out.read_text())["models"]] == ["reference_model:TransformerLM"]
+
+
+def test_a_model_file_runs_once_under_tfcheck_check(tmp_path, monkeypatch, capsys):
+    # Checking every spec before the first battery imported file specs, and loading them imported them again.
+    (tmp_path / "once.py").write_text("print('MODULE RUN')\n" + NUMPY_INIT)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "once.py:NumpyInit", "--only", "shape.contract"]) == EXIT_OK
+    assert capsys.readouterr().out.count("MODULE RUN") == 1

@@ -88,13 +88,19 @@ def file_module_name(path: Path) -> str:
     return f"_tfcheck_user_{stem}_{digest}"
 
 
+def model_file(target: str, base: Path | None = None) -> Path:
+    """The file a file target names, which must exist (checked without running it)."""
+    path = (Path(base or os.getcwd()) / target).resolve()
+    if not path.is_file():
+        raise SpecError(f"model file {target!r} does not exist (looked for {path}).")
+    return path
+
+
 def import_target(target: str, base: Path | None = None) -> Any:
     """Import a module by dotted name (from ``base`` / the current directory first) or by file path."""
     base = Path(base or os.getcwd())
     if is_file_target(target):
-        path = (base / target).resolve()
-        if not path.is_file():
-            raise SpecError(f"model file {target!r} does not exist (looked for {path}).")
+        path = model_file(target, base)
         name = file_module_name(path)
         mod_spec = importlib.util.spec_from_file_location(name, path)
         if mod_spec is None or mod_spec.loader is None:
