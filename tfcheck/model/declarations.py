@@ -20,6 +20,11 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 MASK_CONVENTIONS = ("keep", "pad", "additive")
 #: How a padding mask is shaped, for forwards that take it already laid out for the attention scores.
 MASK_LAYOUTS = {"bs": "(batch, length)", "b1s": "(batch, 1, length)", "b11s": "(batch, 1, 1, length)"}
+#: How a causal (look-ahead) mask the caller builds is shaped: (length, length), or per batch for the scores.
+CAUSAL_MASK_LAYOUTS = {"ss": "(length, length)", "bss": "(batch, length, length)",
+                       "b1ss": "(batch, 1, length, length)"}
+#: How the model lays out its sequences: batch first (batch, length, ...) or torch's (length, batch, ...).
+SEQUENCE_LAYOUTS = ("batch_first", "seq_first")
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,8 @@ class MaskSpec:
     def __str__(self) -> str:
         if not self.argument:
             return self.convention
-        return f"{self.argument}:{self.convention}" + (f":{self.layout}" if self.layout else "")
+        return self.argument + (f":{self.convention}" if self.convention else "") + \
+            (f":{self.layout}" if self.layout else "")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,38 @@ def _mask(v: Any) -> MaskSpec:
             "src_mask:keep:b11s; or 'internal' / 'none'"
         )
     return MaskSpec(arg, conv, layout or None)
+
+
+def _causal_mask(v: Any) -> MaskSpec:
+    """ARG[:CONVENTION][:LAYOUT]: the forward argument that takes the look-ahead mask the caller builds."""
+    if isinstance(v, MaskSpec):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected ARGUMENT[:CONVENTION][:LAYOUT] or 'none'")
+    if v == "none":
+        return MaskSpec(None, "none")
+    arg, *rest = v.split(":")
+    conv = rest[0] if rest and rest[0] in MASK_CONVENTIONS else None
+    layout = rest[-1] if rest and rest[-1] in CAUSAL_MASK_LAYOUTS else None
+    if not arg.isidentifier() or len(rest) > 2 or len(rest) != (conv is not None) + (layout is not None):
+        raise ValueError(
+            "expected ARGUMENT[:CONVENTION][:LAYOUT] with CONVENTION one of keep (True = may attend), pad (True = "
+            "blocked), additive (0 / -inf added to the logits) and LAYOUT one of "
+            f"{', '.join(f'{k} {v}' for k, v in CAUSAL_MASK_LAYOUTS.items())}, e.g. tgt_mask:keep or "
+            "trg_mask:keep:b1ss; or 'none'")
+    return MaskSpec(arg, conv or "", layout)
+
+
+def _sequence_layout(v: Any) -> str:
+    if v not in SEQUENCE_LAYOUTS:
+        raise ValueError(f"expected one of {', '.join(SEQUENCE_LAYOUTS)}")
+    return str(v)
+
+
+def _attribute_path(v: Any) -> str:
+    if not isinstance(v, str) or not all(part.isidentifier() for part in v.split(".")):
+        raise ValueError("expected the attribute name of a submodule, e.g. generator or heads.lm")
+    return v
 
 
 def _output(v: Any) -> str | int:
@@ -203,6 +241,17 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "pad: True = padding; additive: 0 / -inf added to the logits), optionally its layout ((batch, length) "
         "by default; b1s = (batch, 1, length), b11s = (batch, 1, 1, length)), or 'internal' when forward "
         "builds it from pad_id, or 'none'.", _mask),
+    Key("causal_mask", "ARG[:keep | :pad | :additive][:ss | :bss | :b1ss] | none",
+        "The forward argument that takes the look-ahead mask its caller builds (forward(src, tgt, src_mask, "
+        "tgt_mask)), with its convention (keep: True = may attend; pad: True = blocked; additive: 0 / -inf; by "
+        "default the op that consumes it decides) and layout ((length, length) unless that raises); 'none': the "
+        "model builds its own or has none.", _causal_mask),
+    Key("layout", "batch_first | seq_first",
+        "How the model lays out its sequences: (batch, length, ...) or torch's (length, batch, ...); tfcheck "
+        "transposes the token ids, masks and outputs of a seq_first model.", _sequence_layout),
+    Key("head", "ATTR",
+        "The submodule that maps the states forward returns to logits when forward does not call it (the "
+        "Annotated Transformer's generator): every check reads head(forward(x)).", _attribute_path),
     Key("output", "tensor | INDEX | NAME",
         "Which part of the forward's return value is the output: the tensor itself, a tuple index, or a "
         "key / attribute such as logits.", _output),
@@ -213,6 +262,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "Failures of these checks are reported as 'accepted' with the reason instead of failing.", _accept),
     Key("kwargs", "JSON object", "Constructor arguments; they win over the small values tfcheck fills in.",
         _kwargs),
+    Key("shrink", "true | false",
+        "Whether tfcheck builds the model small (default true: known hyper-parameters with large defaults are "
+        "shrunk, their invariants kept); false keeps every default as written. A kwargs key always keeps its "
+        "value.", _bool),
     Key("schedule", "module:function",
         "The learning-rate schedule: a factory fn(optimizer) -> scheduler, or fn(params) -> (optimizer, "
         "scheduler).", _callable_or_spec),

@@ -32,10 +32,17 @@ class Facts:
     call_plan: list[PlanSlot] | None = None  # which forward parameter gets which probe tensor
     output: str | int | None = None  # how the output tensor is selected from the return value ("auto" until seen)
     returns: str | None = None  # "logits" or "hidden states", where the model says so itself
+    #: the look-ahead mask the caller builds: its forward argument, convention ("" = the consumer's) and layout;
+    #: MaskSpec(None, "none") when the model builds its own or has none
+    causal_mask: MaskSpec | None = None
+    head: str | None = None  # a submodule forward does not call that maps its states to logits
+    #: the largest length the model's position tables hold, found in the trial forward (None: none found)
+    capacity: int | None = None
     # ----- declared only: nothing in a model says them ------------------------------------------------
     inputs: Callable[..., Any] | None = None
     accept: dict[str, str] | None = None
     kwargs: dict[str, Any] | None = None
+    shrink: bool | None = None
     schedule: Callable[..., Any] | None = None
     warmup_steps: int | None = None
     total_steps: int | None = None
