@@ -29,11 +29,13 @@ import torch
 
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import trial
-from tfcheck.model.inputs import batch_length
+from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
+from tfcheck.model.observed import Observed, Observer
 from tfcheck.model.subject import PROBE_BATCH, Subject
 from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
 from tfcheck.probe.module_stack import tracking
+from tfcheck.probe.recorder import Recorder
 from tfcheck.report.report import Cost
 
 
@@ -99,15 +101,27 @@ class CheckContext:
         batch, length = PROBE_BATCH, subject.probe_length()
         what = f"a forward at batch {batch}, length {length}"
 
-        def forward() -> tuple[tuple, dict, Any]:
+        def forward(observe: bool) -> tuple[tuple, dict, Any, Observed | None]:
+            # Recorded: the structure only a forward shows (masks the model builds, its position tables,
+            # the modules that ran).
             args, kwargs = subject.make_inputs(batch, length)
             inputs_batch, inputs_length = batch_length(args, kwargs)
-            return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length)
+            if not observe:
+                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None
+            lengths = (length, max(1, length + TARGET_LENGTH_DELTA)) if subject.takes_target else (length,)
+            observer = Observer(subject.model, trial.probe_roles(subject, args, kwargs), lengths)
+            recorder = Recorder(subject.model, aten=False, on_op=observer.on_op)
+            try:
+                with recorder:
+                    raw = self.call(args, kwargs, what, tokens=inputs_batch * inputs_length)
+            finally:
+                observed = observer.finish(recorder.recording)
+            return args, kwargs, raw, observed
 
         found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
-                             describe=_exception_text)
+                             describe=_exception_text, observed_of=lambda r: r[3])
         if found.ran:
-            found.result = subject.probe_cache[(batch, length, 0)] = self.probe_of(*found.result)
+            found.result = subject.probe_cache[(batch, length, 0)] = self.probe_of(*found.result[:3])
         subject.trial = found
         return found
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfcheck.model.declarations import MASK_LAYOUTS
 from tfcheck.model.inputs import mask_spec
+from tfcheck.model.observed import Observed
 from tfcheck.model.outputs import infer_output
 from tfcheck.report.report import Assumption
 
@@ -36,27 +37,36 @@ class Trial:
 
     result: Any = None
     error: Exception | None = None
+    #: the structure the recorded trial forward showed (tfcheck.model.observed); None when none ran
+    observed: Observed | None = None
 
     @property
     def ran(self) -> bool:
         return self.error is None
 
 
-def settle(subject: Subject, forward: Callable[[], Any], raw_of: Callable[[Any], Any] = lambda r: r,
-           model_error: type[Exception] = Exception,
-           describe: Callable[[Exception], str] = str) -> Trial:
-    """Run ``forward()`` (one forward of the standard probe, built from the subject's current facts), trying
+#: Rules that read the trial forward's structure and settle facts from it, each (subject, observed) -> None.
+ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = ()
+
+
+def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[Any], Any] = lambda r: r,
+           model_error: type[Exception] = Exception, describe: Callable[[Exception], str] = str,
+           observed_of: Callable[[Any], Observed | None] = lambda r: None) -> Trial:
+    """Run ``forward(observe)`` (one forward of the standard probe, built from the subject's current facts,
+    recorded when ``observe``), trying
     the other mask layouts when it raises ``model_error`` and nothing declares the layout; keep the layout
-    that ran (stated among the assumptions, with ``describe`` of the first error), and settle the output's
-    selection from ``raw_of`` its result. Any other exception propagates: it is not the model's."""
+    that ran (stated among the assumptions, with ``describe`` of the first error), let the ADOPTERS settle
+    what ``observed_of`` its result shows of the model's structure (running the probe again when one changed
+    how the model is called), and settle the output's selection from ``raw_of`` the result. Any other
+    exception propagates: it is not the model's."""
     try:
-        result = forward()
+        result = forward(True)
     except model_error as first:
         layouts = layouts_to_try(subject)
         for layout in layouts:
             set_mask_layout(subject, layout)
             try:
-                result = forward()
+                result = forward(True)
             except model_error:
                 continue
             adopt_mask_layout(subject, layout, describe(first))
@@ -65,8 +75,36 @@ def settle(subject: Subject, forward: Callable[[], Any], raw_of: Callable[[Any],
             if layouts:
                 set_mask_layout(subject, None)  # none ran: the error of the (batch, length) masks is the finding
             return Trial(error=first)
+    observed = observed_of(result)
+    if observed is not None:
+        adopt_structure(subject, observed)
+        # The probe the checks share comes from a plain forward: recording changes the path some modules take
+        # (torch's fused Transformer layers fall back to their Python path under a function mode), and a
+        # rule may have changed how the model is called.
+        try:
+            result = forward(False)
+        except model_error as error:
+            return Trial(error=error, observed=observed)
     infer_output(subject, raw_of(result))
-    return Trial(result=result)
+    return Trial(result=result, observed=observed)
+
+
+def adopt_structure(subject: Subject, observed: Observed) -> None:
+    """Every rule's reading of the trial's structure."""
+    for adopt in ADOPTERS:
+        adopt(subject, observed)
+
+
+def probe_roles(subject: Subject, args: tuple, kwargs: dict) -> dict[int, str]:
+    """The identity of each token tensor of a probe's arguments -> its call-plan role (tokens, target_tokens),
+    for the observer of the trial forward."""
+    roles: dict[int, str] = {}
+    positional = iter(args)
+    for name, role in subject.facts.call_plan or ():
+        value = next(positional, None) if name is None else kwargs.get(name)
+        if role in ("tokens", "target_tokens") and value is not None:
+            roles[id(value)] = role
+    return roles
 
 
 def layouts_to_try(subject: Subject) -> tuple[str, ...]:

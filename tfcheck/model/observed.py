@@ -1,0 +1,232 @@
+"""What the trial forward shows of a model's structure: the objects a model builds from the length of its
+input, the masks it builds itself, the ids it compares its tokens with, and the modules that ran.
+
+These are read from the *structure* of one recorded forward (which op made what, from which tensor, at which
+line), never from the values a check measures: a look-ahead mask is "built" when the forward calls
+``tril`` / ``triu`` on a square, asks for ``is_causal=True`` or slices a triangular buffer, not when the output
+happens not to depend on the future. The model layer's rules (``tfcheck.model.trial``) decide what to do with
+each sighting.
+
+The observer runs inside a recorded forward (``tfcheck.probe.recorder.Recorder``'s ``on_op``): it tracks
+tensor identities itself and keeps the tensors it tracks alive, so an id is never reused for another tensor
+while it is recorded. Anything it cannot read is skipped: an observer never makes a forward fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from tfcheck.probe.frames import short_path
+from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
+
+#: Comparisons of token ids with a special id (x == pad, x != pad_idx).
+COMPARISONS = frozenset({"eq", "ne", "__eq__", "__ne__"})
+#: Ops that build a look-ahead mask from a square.
+TRIANGLES = frozenset({"tril", "triu", "tril_", "triu_"})
+#: Ops that apply a mask to attention scores: (op, index of the mask among the positional arguments).
+MASK_APPLIERS = {"masked_fill": 1, "masked_fill_": 1, "where": 0}
+SCORE_ADDS = frozenset({"add", "__add__", "__radd__", "add_", "__iadd__", "sub", "__sub__"})
+ATTENTIONS = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward"})
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One structural fact the trial forward showed."""
+
+    what: str  # what was seen, as the report says it ("torch.tril on a (7, 7) square")
+    where: str  # the user's line that did it (path:line), or the module it ran in
+    size: int | None = None  # the rows of a table, the side of a square, an id compared with
+    length: int | None = None  # the length the object was made for (a slice's stop, a square's side)
+    role: str | None = None  # the probe input it came from ("tokens", "target_tokens")
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.where})"
+
+
+@dataclass
+class Observed:
+    """What one recorded trial forward showed (see the module docstring)."""
+
+    #: module paths that ran (the model itself is "")
+    called: frozenset[str] = frozenset()
+    #: the model builds a look-ahead mask itself: triangles, is_causal=True, a triangular buffer sliced
+    causal_masks: list[Sighting] = field(default_factory=list)
+    #: token ids compared with a scalar id whose result reached attention scores (size: the id; role: the side)
+    pad_comparisons: list[Sighting] = field(default_factory=list)
+    #: tables indexed or sliced by position (size: their rows; length: the length they were cut to)
+    position_tables: list[Sighting] = field(default_factory=list)
+    #: objects made for the input's length (a square mask, a table slice, positions fed to an embedding)
+    length_objects: list[Sighting] = field(default_factory=list)
+
+    def lengths_seen(self) -> set[int]:
+        return {s.length for s in self.length_objects if s.length is not None}
+
+
+class Observer:
+    """``on_op`` for a Recorder: follows token ids, positions and comparison masks through one forward.
+
+    ``inputs`` maps the identity of each probe tensor to its role (``tokens``, ``target_tokens``);
+    ``lengths`` are the probe's sequence lengths (source and target), which tell a score tensor from
+    another (its last axis is a key length) and a length-sized object from a batch-sized one."""
+
+    def __init__(self, model: nn.Module, inputs: dict[int, str], lengths: tuple[int, ...]):
+        self.observed = Observed()
+        self.lengths = frozenset(lengths)
+        self.tokens: dict[int, str] = dict(inputs)  # token ids and integer tensors derived from them -> role
+        self.positions: dict[int, int] = {}  # integer tensors derived from arange / a buffer -> the length
+        self.compared: dict[int, Sighting] = {}  # masks derived from a comparison of token ids with an id
+        self.owned = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        self.owned_tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+        self.alive: list[torch.Tensor] = []
+        self.reached: set[tuple[str | None, int | None]] = set()
+
+    def finish(self, recording: Recording) -> Observed:
+        self.observed.called = frozenset(c.path for c in recording.calls if not c.raised)
+        self.alive = []
+        return self.observed
+
+    def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
+        if event.phase != "forward" or event.level != "function":
+            return
+        try:
+            self.observe(event, args, kwargs, out)
+        except Exception:  # noqa: BLE001 - an op the rules cannot read says nothing; the forward goes on
+            return
+
+    # ----- one op ----------------------------------------------------------------------------------
+    def observe(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
+        name = event.short_name
+        where = f"{short_path(event.file)}:{event.line}" if event.file else (event.module or "model")
+        inputs = tensors_in((args, kwargs))
+        outs = tensors_in(out)
+        self.follow_tokens(name, args, inputs, outs, where)
+        self.follow_positions(name, args, kwargs, inputs, outs, where)
+        self.follow_comparisons(name, args, kwargs, inputs, outs, where)
+        if name in TRIANGLES and inputs and self.square_side(inputs[0]) is not None:
+            side = self.square_side(inputs[0])
+            self.sight(self.observed.causal_masks, f"{name} on a ({side}, {side}) square", where, side, side)
+            self.observed.length_objects.append(Sighting(f"{name} on a ({side}, {side}) square", where, side, side))
+        if name in ATTENTIONS and kwargs.get("is_causal") is True:
+            self.sight(self.observed.causal_masks, f"{name}(is_causal=True)", where)
+        if name == "__getitem__" and len(args) >= 2 and id(args[0]) in self.owned:
+            self.sliced(args[0], args[1], where)
+
+    def follow_tokens(self, name: str, args: tuple, inputs: list, outs: list, where: str) -> None:
+        roles = [self.tokens[id(t)] for t in inputs if id(t) in self.tokens]
+        if not roles or name in COMPARISONS:
+            return
+        for o in outs:  # a view, a slice, a transpose of the ids is still the ids
+            if not o.is_floating_point() and o.dtype != torch.bool:
+                self.keep(o)
+                self.tokens[id(o)] = roles[0]
+
+    def follow_positions(self, name: str, args: tuple, kwargs: dict, inputs: list, outs: list, where: str) -> None:
+        if name == "arange":
+            for o in outs:
+                self.keep(o)
+                self.positions[id(o)] = o.numel()
+            return
+        if name == "embedding" and inputs and id(inputs[0]) in self.positions:
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            if isinstance(weight, torch.Tensor):
+                n = self.positions[id(inputs[0])]
+                table = self.owned.get(id(weight), "an embedding")
+                sighting = Sighting(f"embedding '{table}' of {weight.shape[0]} rows indexed by positions", where,
+                                    int(weight.shape[0]), n)
+                self.observed.position_tables.append(sighting)
+                self.observed.length_objects.append(sighting)
+            return
+        known = [self.positions[id(t)] for t in inputs if id(t) in self.positions]
+        if known and name not in COMPARISONS:
+            for o in outs:
+                if not o.is_floating_point() and o.dtype != torch.bool:
+                    self.keep(o)
+                    self.positions[id(o)] = known[0]
+
+    def follow_comparisons(self, name: str, args: tuple, kwargs: dict, inputs: list, outs: list, where: str) -> None:
+        if name in COMPARISONS and len(args) == 2 and id(args[0]) in self.tokens:
+            value = args[1].item() if isinstance(args[1], torch.Tensor) and args[1].numel() == 1 else args[1]
+            if isinstance(value, int) and not isinstance(value, bool):
+                found = Sighting(f"{self.tokens[id(args[0])]} {'==' if 'eq' in name else '!='} {value}", where,
+                                 value, role=self.tokens[id(args[0])])
+                for o in outs:
+                    self.keep(o)
+                    self.compared[id(o)] = found
+            return
+        marked = [self.compared[id(t)] for t in inputs if id(t) in self.compared]
+        if not marked:
+            return
+        if self.applies_to_scores(name, args, kwargs, inputs):
+            for found in marked:
+                if (found.role, found.size) not in self.reached:
+                    self.reached.add((found.role, found.size))
+                    self.observed.pad_comparisons.append(found)
+            return
+        # The mask itself reshaped, combined or converted (unsqueeze, &, float() * -1e9, zeros.masked_fill):
+        # still the comparison's mask. An op that mixes it into the hidden states does not carry it on.
+        mask_only = all(id(t) in self.compared for t in inputs) or name in MASK_APPLIERS or \
+            any(o.dtype == torch.bool for o in outs)
+        if mask_only:
+            for o in outs:
+                self.keep(o)
+                self.compared[id(o)] = marked[0]
+
+    def applies_to_scores(self, name: str, args: tuple, kwargs: dict, inputs: list) -> bool:
+        """Whether this op puts a comparison mask on attention scores (a tensor whose last axis is a key
+        length, with batch and query axes before it)."""
+        if name in ATTENTIONS:
+            return True
+        others = [t for t in inputs if id(t) not in self.compared]
+        scores = any(t.dim() >= 3 and t.shape[-1] in self.lengths and t.is_floating_point() for t in others)
+        if name in MASK_APPLIERS:
+            index = MASK_APPLIERS[name]
+            return index < len(args) and id(args[index]) in self.compared and scores
+        return name in SCORE_ADDS and scores
+
+    def sliced(self, table: torch.Tensor, index: Any, where: str) -> None:
+        """A parameter or buffer cut to a probe length: a position table, a cached mask (its capacity)."""
+        parts = index if isinstance(index, tuple) else (index,)
+        if any(p is Ellipsis or p is None for p in parts):
+            return
+        name = self.owned[id(table)]
+        cut = [(d, p.stop) for d, p in enumerate(parts)
+               if isinstance(p, slice) and p.start in (None, 0) and isinstance(p.stop, int) and p.step in (None, 1)]
+        for dim, stop in cut:
+            if stop >= table.shape[dim]:
+                continue
+            sighting = Sighting(f"'{name}' of {table.shape[dim]} rows cut to {stop}", where, int(table.shape[dim]),
+                                stop)
+            self.observed.length_objects.append(sighting)
+            self.observed.position_tables.append(sighting)
+        dims = {d for d, _ in cut}
+        if {table.dim() - 2, table.dim() - 1} <= dims and self.triangular(table):
+            side = table.shape[-1]
+            self.sight(self.observed.causal_masks, f"triangular buffer '{name}' ({side} × {side}) sliced", where)
+
+    # ----- helpers ---------------------------------------------------------------------------------
+    def sight(self, into: list[Sighting], what: str, where: str, size: int | None = None,
+              length: int | None = None) -> None:
+        if not any(s.what == what and s.where == where for s in into):
+            into.append(Sighting(what, where, size, length))
+
+    def keep(self, tensor: torch.Tensor) -> None:
+        self.alive.append(tensor)
+
+    @staticmethod
+    def square_side(t: torch.Tensor) -> int | None:
+        return int(t.shape[-1]) if t.dim() >= 2 and t.shape[-1] == t.shape[-2] and t.shape[-1] > 1 else None
+
+    @staticmethod
+    def triangular(t: torch.Tensor) -> bool:
+        """A lower-triangular keep pattern (ones on and below the diagonal) or an upper -inf / True one."""
+        if t.dim() < 2 or t.shape[-1] != t.shape[-2] or t.shape[-1] < 2:
+            return False
+        first = t.reshape(-1, t.shape[-2], t.shape[-1])[0]
+        if first.is_meta:
+            return False
+        ones = torch.ones(first.shape, dtype=torch.bool, device=first.device)
+        nonzero = first != 0
+        return bool((nonzero == ones.tril()).all() or (nonzero == ones.triu(1)).all())
