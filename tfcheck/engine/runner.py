@@ -14,6 +14,7 @@ from tfcheck.engine.budget import BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
+from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.model.subject import Subject
@@ -68,6 +69,7 @@ class Runner:
     broken forward is never hidden behind skips."""
 
     def __init__(self, subject: Subject, smoke_reported: bool = True):
+        fit_probes(subject)  # before any check reads a probe length
         self.subject = subject
         self.smoke_reported = smoke_reported
         self._smoke: CheckResult | None = None

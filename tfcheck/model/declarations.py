@@ -203,6 +203,26 @@ def _seconds(v: Any) -> float:
     return _float_positive(v)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def _memory_size(v: Any) -> int:
+    """Bytes, given as an integer or with a unit (512MiB, 4GiB, 8GB)."""
+    if isinstance(v, bool):
+        raise ValueError("expected a size such as 4GiB or 512MiB")
+    if isinstance(v, int):
+        n = v
+    else:
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(v))
+        if not found or found.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError("expected a size such as 4GiB, 512MiB or a number of bytes")
+        n = int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+    if not 0 < n < _INT_LIMIT:
+        raise ValueError("expected a positive size such as 4GiB")
+    return n
+
+
 def _device(v: Any) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", v):
         raise ValueError("expected cpu, cuda, cuda:N or mps")
@@ -283,6 +303,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("budget_s", "SECONDS",
         "Wall-clock budget of each check (default 120); a check over it stops between two operations "
         "and is reported as a skip that says so; inf means no budget.", _seconds),
+    Key("memory_budget", "SIZE",
+        "The memory the run may use (e.g. 4GiB); by default the smallest of the machine's limits (physical "
+        "memory, the cgroup's, RLIMIT_AS). A declared probe_len whose probes would not fit in a quarter of it "
+        "is scaled down, and the report says so.", _memory_size),
     Key("device", "cpu | cuda | cuda:N | mps",
         "Where the battery runs; the model is moved there for the run and moved back afterwards.", _device),
 ]}

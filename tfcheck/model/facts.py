@@ -52,6 +52,7 @@ class Facts:
     # ----- run settings ----------------------------------------------------------------------------------
     probe_len: int | None = None
     budget_s: float | None = None
+    memory_budget: int | None = None
     device: str | None = None
     #: fact name -> where its value came from (a declaration, the config, a rule)
     sources: dict[str, str] = field(default_factory=dict)
