@@ -8,9 +8,15 @@ from typing import Any
 
 from tfcheck.errors import DeclarationError, UsageError
 from tfcheck.model import declarations as decl
+from tfcheck.model.construction import BUILD_SEED, built_seeded
 from tfcheck.model.inference import build_subject
+from tfcheck.model.loaded import Loaded
+from tfcheck.model.small_sizes import changes_text
 from tfcheck.model.subject import Subject
 from tfcheck.model.usable import refuse_unusable
+from tfcheck.report.report import Assumption
+
+__all__ = ["BUILD_SEED", "construction_assumptions", "load_declared", "load_subject"]
 
 
 def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
@@ -49,7 +55,9 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
     merged = decl.merge(strong, from_origin)
     if "device" in merged:  # before a model is built for nothing
         _refuse_unavailable_device(merged["device"])
-    loaded = _built_with_a_fixed_seed(origin, label, merged["kwargs"].value if "kwargs" in merged else {})
+    loaded = built_seeded(origin, label, merged["kwargs"].value if "kwargs" in merged else {},
+                          shrink=merged["shrink"].value if "shrink" in merged else True,
+                          device=merged["device"].value if "device" in merged else None)
     if loaded.model is not origin:
         # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
         # pad_id); it outranks the class's or factory's.
@@ -57,7 +65,23 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
     if "device" in merged:
         _refuse_unavailable_device(merged["device"])
     refuse_unusable(loaded.model, loaded.spec, meta_ok=meta_ok)
-    return build_subject(loaded, merged)
+    subject = build_subject(loaded, merged)
+    subject.assumptions.extend(construction_assumptions(loaded))
+    return subject
+
+
+def construction_assumptions(loaded: Loaded) -> list[Assumption]:
+    """What the build changed of the model as written: the defaults it shrank, or the size constraint that made
+    it build the defaults."""
+    out = []
+    if loaded.shrunk:
+        out.append(Assumption("constructor arguments shrunk", changes_text(loaded.shrunk),
+                              "large defaults shrunk by tfcheck, their invariants kept (defaults kept with "
+                              "shrink=false; a kwargs key keeps its value)"))
+    if loaded.size_constraint:
+        out.append(Assumption("size constraint", loaded.size_constraint,
+                              "the constructor refused tfcheck's small sizes, so the model is checked as written"))
+    return out
 
 
 def _refuse_unavailable_device(declared: decl.Declared) -> None:
@@ -77,33 +101,6 @@ def _refuse_unavailable_device(declared: decl.Declared) -> None:
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise UsageError(f"{where} but torch.backends.mps.is_available() is False (MPS needs Apple silicon and "
                          "a torch built with it); declare device=cpu or drop the declaration.")
-
-
-#: The seed of every model tfcheck builds itself (from a spec, a class or a factory).
-BUILD_SEED = 0
-
-
-def _built_with_a_fixed_seed(origin: Any, label: str, kwargs: dict[str, Any]) -> Any:
-    """Build the model from a fixed seed, in a fork of the random generators: every process (each pytest-xdist
-    worker, a rerun) checks the same weights, and the caller's generators are left as they were."""
-    import random
-
-    import numpy as np
-    import torch
-
-    from tfcheck.model import spec as spec_mod
-
-    # Constructors draw from Python's and NumPy's generators too: fork and seed those as well.
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    try:
-        random.seed(BUILD_SEED)
-        np.random.seed(BUILD_SEED)
-        with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(BUILD_SEED)  # the CPU's only: see _seed_generators
-            return spec_mod.build(origin, label, kwargs)
-    finally:
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
 
 
 def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:

@@ -15,10 +15,12 @@ TARGET_VOCAB_SIZE = ("tgt_vocab_size",)
 D_MODEL = ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim", "ninp", "n_embed", "hidden_dim")
 #: The token embedding's width: d_model where nothing projects it, so filled as d_model, but never read as it
 #: (x-transformers' TransformerWrapper.emb_dim may differ from its attn_layers.dim).
-EMBED_DIM = ("d_embed", "emb_dim")
+EMBED_DIM = ("d_embed", "emb_dim", "d_word_vec")
 NUM_HEADS = ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads", "heads")
 #: Head counts of one side or of the keys and values only (grouped-query attention): never the head count.
 OTHER_HEAD_COUNTS = ("encoder_attention_heads", "decoder_attention_heads", "num_key_value_heads")
+#: The key / value head count of grouped-query attention, which must divide the head count.
+KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "kv_heads")
 NUM_LAYERS = ("num_layers", "n_layer", "n_layers", "depth", "nlayers", "num_hidden_layers", "num_encoder_layers",
               "num_decoder_layers", "encoder_layers", "decoder_layers")
 D_FF = ("d_ff", "dim_feedforward", "ffn_dim", "intermediate_size", "d_hidden", "nhid", "ff_dim", "mlp_dim", "d_inner",
@@ -26,7 +28,7 @@ D_FF = ("d_ff", "dim_feedforward", "ffn_dim", "intermediate_size", "d_hidden", "
 #: The longest sequence a model was built for. max_length last: Hugging Face configs before transformers 5
 #: carry max_length=20 as a generation setting, which the resolver does not read there.
 MAX_LEN = ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len", "max_seq_length",
-           "context_length", "n_ctx", "seq_len", "max_length")
+           "context_length", "n_ctx", "seq_len", "n_position", "max_length")
 GENERATION_SETTINGS = ("max_length",)
 DROPOUT = ("dropout", "p_drop", "dropout_rate", "attn_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
            "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob")
@@ -38,6 +40,8 @@ ROTARY_DIM = ("rotary_dim",)
 ATTENTION_TYPES = ("attention_types",)
 NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
 EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")
+#: Experts each token is routed to: never more than the experts there are.
+TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts")
 BOS_TOKEN_ID = ("bos_token_id",)
 EOS_TOKEN_ID = ("eos_token_id",)
 
@@ -50,7 +54,26 @@ CONFIG_NAMES: dict[str, tuple[str, ...]] = {
     "d_model": D_MODEL,
 }
 #: Parameter names under which a constructor takes a whole config object.
-CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams")
+CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams", "params", "model_args", "model_config", "model_cfg",
+                 "configs", "hps", "hp")
+#: Config fields that name a preset of sizes instead of the sizes (minGPT's model_type = 'gpt2' next to n_layer =
+#: None, asserting exactly one is given): tfcheck states the sizes, so it clears the preset.
+SIZE_PRESETS = ("model_type",)
+
+#: Name patterns for the names the exact tables above do not list, one table (regular expression, the table
+#: whose quantity it is); tfcheck.model.small_sizes.quantity reads the exact names first. ``hidden`` counts as
+#: the feed-forward width only with a qualifier (ffn_hidden): hidden_size / hidden_dim stay d_model.
+NAME_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(n_|num_)?((src|tgt|trg|enc|dec|source|target|input|output)_?)?(vocab|voc|ntoken)s?(_size|_len)?", "VOCAB_SIZE"),
+    (r"(d_|n_|dim_)?(ffn|ff|inner|mlp|feedforward|feed_forward)(_hidden|_hid)?(_dim|_size|_width)?", "D_FF"),
+    (r"([a-z]+_)*(drop|dropout|pdrop|p_drop)(_(rate|prob|p|ratio))?", "DROPOUT"),
+    (r"([a-z]+_)*pad(ding)?(_token)?_(idx|id|index)", "PAD_ID"),
+    (r"([a-z]+_)*(sos|bos)(_token)?_(idx|id|index)", "BOS_TOKEN_ID"),
+    (r"([a-z]+_)*eos(_token)?_(idx|id|index)", "EOS_TOKEN_ID"),
+)
+#: The Annotated Transformer's make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8): N layers and
+#: h heads, read so only as that pair beside a d_model and a d_ff name (a lone N or h says nothing).
+PAPER_PAIR = {"N": "NUM_LAYERS", "h": "NUM_HEADS"}
 
 #: Hugging Face model families whose causality their config's model_type states: bidirectional encoders
 #: and decoder-only LMs. (``is_decoder`` and ``is_encoder_decoder`` are read first: a BERT built as a decoder

@@ -1,0 +1,195 @@
+"""Small sizes: the value tfcheck gives each hyper-parameter it fills, and shrinking large defaults to them with
+the invariants a Transformer's sizes keep (d_model = heads x d_k, kv-heads dividing heads, top-k <= experts,
+special ids inside the vocabulary).
+
+A name is a hyper-parameter when a table of tfcheck.model.names lists it (exact names first, then its name
+patterns); ``quantity`` says which. Plain data and arithmetic: importing it imports no torch.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tfcheck.model import names
+
+#: The small value of each quantity: distinct from each other (d_model 32 != d_ff 64 != vocab 101) so that no
+#: axis can be mistaken for another, and small enough to build in milliseconds.
+SMALL_BY_QUANTITY: dict[str, Any] = {
+    "VOCAB_SIZE": 101, "D_MODEL": 32, "NUM_HEADS": 4, "KV_HEADS": 4, "NUM_LAYERS": 2, "D_FF": 64, "MAX_LEN": 64,
+    "DROPOUT": 0.1, "PAD_ID": 0, "HEAD_DIM": 8,
+    # Rotary embedding on part of each head (GPT-J, CodeGen): at most the small head size, 32 / 4 = 8.
+    "ROTARY_DIM": 4,
+    # GPT-Neo's per-layer pattern must cover num_layers (its default describes 24 layers).
+    "ATTENTION_TYPES": [[["global", "local"], 1]],
+    # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
+    "NUM_EXPERTS": 4, "EXPERT_D_FF": 64, "TOP_K": 2,
+    # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
+    "BOS_TOKEN_ID": 1, "EOS_TOKEN_ID": 2,
+}
+
+#: Exact names, most specific table first where a name is in two (num_key_value_heads is a kv-head count
+#: before it is one of the other head counts).
+_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("VOCAB_SIZE", names.VOCAB_SIZE + names.SOURCE_VOCAB_SIZE + names.TARGET_VOCAB_SIZE),
+    ("D_MODEL", names.D_MODEL + names.EMBED_DIM),
+    ("KV_HEADS", names.KV_HEADS),
+    ("NUM_HEADS", names.NUM_HEADS + names.OTHER_HEAD_COUNTS),
+    ("NUM_LAYERS", names.NUM_LAYERS), ("D_FF", names.D_FF), ("MAX_LEN", names.MAX_LEN),
+    ("DROPOUT", names.DROPOUT), ("PAD_ID", names.PAD_ID), ("HEAD_DIM", names.HEAD_DIM),
+    ("ROTARY_DIM", names.ROTARY_DIM), ("ATTENTION_TYPES", names.ATTENTION_TYPES),
+    ("NUM_EXPERTS", names.NUM_EXPERTS), ("EXPERT_D_FF", names.EXPERT_D_FF), ("TOP_K", names.TOP_K),
+    ("BOS_TOKEN_ID", names.BOS_TOKEN_ID), ("EOS_TOKEN_ID", names.EOS_TOKEN_ID),
+)
+EXACT: dict[str, str] = {}
+for _quantity, _names in _TABLES:
+    for _name in _names:
+        EXACT.setdefault(_name, _quantity)
+PATTERNS = tuple((re.compile(pattern), quantity) for pattern, quantity in names.NAME_PATTERNS)
+
+#: Small values for the exact names (what the model layer has always filled a constructor with). Not top-k:
+#: only derived (kept unless above the experts), so a config's own routing stays as written.
+SMALL_VALUES: dict[str, Any] = {name: SMALL_BY_QUANTITY[q] for name, q in EXACT.items() if q != "TOP_K"}
+
+_SPECIAL_IDS = ("PAD_ID", "BOS_TOKEN_ID", "EOS_TOKEN_ID")
+#: Quantities shrunk to their small value when their default is above it.
+_SIZES = ("VOCAB_SIZE", "NUM_LAYERS", "D_FF", "MAX_LEN", "NUM_EXPERTS", "EXPERT_D_FF")
+#: Quantities no model can build with at zero or below: such a default means "set later" (by a tokenizer).
+_POSITIVE = _SIZES + ("D_MODEL", "NUM_HEADS")
+
+
+def quantity(name: str, beside: Iterable[str] = ()) -> str | None:
+    """The table a hyper-parameter name belongs to (``beside``: the other names of the same signature or config,
+    which decide the Annotated Transformer's N and h, and hidden_dim next to another width); None for a name
+    that is no hyper-parameter (a switch such as bias or causal, an activation's name)."""
+    others = set(beside)
+    if name in names.PAPER_PAIR:
+        pair = set(names.PAPER_PAIR) <= others | {name}
+        width = any(EXACT.get(n) == "D_MODEL" for n in others) and any(quantity(n) == "D_FF" for n in others)
+        return names.PAPER_PAIR[name] if pair and width else None
+    if name == "hidden_dim" and any(EXACT.get(n) == "D_MODEL" for n in others - {name}):
+        return "D_FF"  # Llama's FeedForward(dim, hidden_dim): the second width is the feed-forward one
+    if name in EXACT:
+        return EXACT[name]
+    return next((q for pattern, q in PATTERNS if pattern.fullmatch(name)), None)
+
+
+def small_value(name: str, beside: Iterable[str] = ()) -> Any:
+    """The value tfcheck fills ``name`` with (KeyError when it is no hyper-parameter)."""
+    q = quantity(name, beside)
+    if q is None:
+        raise KeyError(name)
+    return SMALL_BY_QUANTITY[q]
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = True) -> dict[str, Any]:
+    """The new values of the ``changeable`` names among ``values`` (every hyper-parameter known so far: the
+    defaults, what tfcheck filled, what the user gave), so that the whole set is small and consistent.
+
+    ``None`` means "not set" (minGPT's get_default_config) and is filled; with ``shrink`` a large int default
+    (above its small value) is shrunk. The names not changeable (the user's) are kept and the others follow
+    them: d_model = heads x d_k with d_k >= 4, heads >= 2 and d_k != d_model; a separate d_k / d_v = d_model /
+    heads; the width aliases equal; kv-heads dividing heads; top-k <= experts; special ids below the vocabulary.
+    A max_len at or below 64 is kept (it states the model's capacity)."""
+    every = list(values)
+    q = {n: quantity(n, every) for n in every}
+    free = {n for n in changeable if n in values and q[n] is not None}
+    new = dict(values)
+
+    def unset(n: str) -> bool:  # Llama's ModelArgs leaves vocab_size = -1 for its tokenizer to set
+        v = values[n]
+        return v is None or (q[n] in _POSITIVE and _int(v) and v <= 0)
+
+    def large(n: str) -> bool:
+        return shrink and _int(values[n]) and values[n] > SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
+
+    def first_int(quantity_: str) -> Any:
+        return next((new[n] for n in every if q[n] == quantity_ and _int(new[n])), None)
+
+    for n in free:
+        if q[n] in _SIZES and (unset(n) or large(n)):
+            new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
+        elif q[n] in ("DROPOUT", "ATTENTION_TYPES") and unset(n):
+            new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
+
+    # Heads, then the width they divide: heads x 8 unless the user fixed the width.
+    head_names = [n for n in every if q[n] == "NUM_HEADS"]
+    for n in head_names:
+        if n in free and (unset(n) or large(n)):
+            new[n] = SMALL_BY_QUANTITY["NUM_HEADS"]
+    heads = first_int("NUM_HEADS")
+    widths = [n for n in every if q[n] == "D_MODEL"]
+    fixed = next((values[n] for n in widths if n not in free and _int(values[n])), None)
+    if widths:
+        primary = values[widths[0]]
+        resized = fixed is not None or any(n in free and (unset(n) or large(n)) for n in widths)
+        if fixed is not None:
+            width = fixed
+        elif resized:
+            width = _width_for(heads)
+        else:
+            width = primary
+        for n in widths:
+            # Aliases of the first width follow it: some models assert d_model == d_word_vec.
+            if n in free and resized and (unset(n) or large(n) or values[n] == primary):
+                new[n] = width
+        for n in head_names:
+            h = new[n]
+            if n in free and _int(width) and _int(h) and h and width % h != 0:
+                fits = [k for k in range(min(h, SMALL_BY_QUANTITY["NUM_HEADS"]), 1, -1)
+                        if width % k == 0 and width // k >= 4]
+                new[n] = fits[0] if fits else values[n]
+    width, heads = first_int("D_MODEL"), first_int("NUM_HEADS")
+    sized = any(new[n] != values[n] for n in widths + head_names)
+
+    for n in free:
+        if q[n] == "HEAD_DIM" and (unset(n) or sized or large(n)):
+            new[n] = width // heads if _int(width) and _int(heads) and heads and width % heads == 0 \
+                else SMALL_BY_QUANTITY["HEAD_DIM"]
+        elif q[n] == "KV_HEADS" and _int(values[n]) and _int(heads):
+            new[n] = _kv_heads(values[n], heads, first_original(values, q, "NUM_HEADS"))
+        elif q[n] == "ROTARY_DIM" and (unset(n) or large(n)):
+            new[n] = SMALL_BY_QUANTITY["ROTARY_DIM"]
+    head_dim: Any = width // heads if _int(width) and _int(heads) and heads else None
+    experts, vocab = first_int("NUM_EXPERTS"), min((new[n] for n in every if q[n] == "VOCAB_SIZE" and _int(new[n])),
+                                                   default=None)
+    for n in free:
+        v = new[n]
+        if q[n] == "ROTARY_DIM" and _int(v) and _int(head_dim) and v > head_dim:
+            new[n] = max(2, head_dim // 2 * 2)  # rotary embedding turns pairs of a head's dimensions
+        elif q[n] == "TOP_K" and (unset(n) or (_int(v) and _int(experts) and v > experts)):
+            new[n] = min(SMALL_BY_QUANTITY["TOP_K"], experts) if _int(experts) else SMALL_BY_QUANTITY["TOP_K"]
+        elif q[n] in _SPECIAL_IDS and (unset(n) or (_int(v) and _int(vocab) and v >= vocab)):
+            new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
+    return {n: new[n] for n in every if n in free and (values[n] is None or new[n] != values[n])
+            and new[n] is not None}
+
+
+def _width_for(heads: Any) -> int:
+    """32 where the heads divide it into heads of 4 or more (and there are 2 or more), else heads x 8."""
+    small = int(SMALL_BY_QUANTITY["D_MODEL"])
+    if not _int(heads) or heads < 2 or (small % heads == 0 and small // heads >= 4):
+        return small
+    return int(heads) * int(SMALL_BY_QUANTITY["HEAD_DIM"])
+
+
+def first_original(values: Mapping[str, Any], q: Mapping[str, str | None], quantity_: str) -> Any:
+    return next((values[n] for n in values if q[n] == quantity_ and _int(values[n])), None)
+
+
+def _kv_heads(kv: int, heads: int, original_heads: Any) -> int:
+    """A kv-head count that divides the (small) head count: fewer than the heads when the default had fewer."""
+    if heads % kv == 0 and kv <= heads:
+        return kv
+    grouped = _int(original_heads) and kv < original_heads
+    divisors = [d for d in range(heads, 0, -1) if heads % d == 0 and (d < heads or not grouped)]
+    return divisors[0] if divisors else heads
+
+
+def changes_text(shrunk: Mapping[str, tuple[Any, Any]]) -> str:
+    """d_model 512→32, N 6→2: the report's line of what was shrunk."""
+    return ", ".join(f"{n} {a!r}→{b!r}" for n, (a, b) in shrunk.items())
