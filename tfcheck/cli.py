@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 def _check(args) -> int:
     from tfcheck.engine.runner import load_subject, run_model
     from tfcheck.model import declarations as decl
-    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries
+    from tfcheck.model.project_config import find_pyproject, models_to_run
     from tfcheck.report.report import Report
     from tfcheck.report.status import Status
     from tfcheck.ui.render import render_text
@@ -99,15 +99,14 @@ def _check(args) -> int:
     from tfcheck.model.project_config import unique_specs
     from tfcheck.model.spec import import_target, is_file_target, model_file, resolve_attr, split_spec
 
-    specs, repeated = unique_specs(list(args.specs) or ([] if args.all else list(REFERENCE_SPECS)))
+    given, repeated = unique_specs(list(args.specs) or ([] if args.all else list(REFERENCE_SPECS)))
     if repeated:
         print(f"tfcheck: {', '.join(sorted(set(repeated)))} given more than once: checked once", file=sys.stderr)
-    if args.all:
-        entries = model_entries(pyproject)
-        if not entries:
-            raise UsageError("--all: no [[tool.tfcheck.models]] entries in "
-                             f"{pyproject or 'pyproject.toml (none found)'}")
-        specs += [s for s, _ in entries if s not in specs]
+    runs = models_to_run(given, pyproject, include_all=args.all)
+    if args.all and len(runs) == len(given):
+        raise UsageError("--all: no [[tool.tfcheck.models]] entries in "
+                         f"{pyproject or 'pyproject.toml (none found)'}")
+    specs = list(dict.fromkeys(entry.spec for entry in runs))
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only is not None else None
     if only == []:
         raise UsageError(f"--only {args.only!r} names no check; give check ids separated by commas (tfcheck list)")
@@ -124,8 +123,9 @@ def _check(args) -> int:
             resolve_attr(import_target(target), target, attr)  # imported once: the loader reuses the module
     report = Report()
     try:
-        for spec in specs:
-            subject = load_subject(spec, decl.merge(cli, declarations_for(spec, pyproject)))
+        for entry in runs:
+            subject = load_subject(entry.spec, decl.merge(cli, entry.declared))
+            subject.loaded.spec = entry.label  # one spec listed twice (two sizes) is told apart by its name
             report.models.append(run_model(subject, only))
     except KeyboardInterrupt:
         if json_path is not None:  # what finished is still worth having: the models checked before Ctrl-C

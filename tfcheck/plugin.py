@@ -19,6 +19,7 @@ from tfcheck.ui.annotations import FORMATS
 if TYPE_CHECKING:
     from tfcheck.engine.registry import Check
     from tfcheck.engine.runner import Runner
+    from tfcheck.model.project_config import Entry
 
 
 class TfcheckWarning(UserWarning):
@@ -39,7 +40,7 @@ class TfcheckLoadError(Exception):
 
 @dataclass
 class PluginState:
-    specs: list[tuple[str, dict]]  # (spec, declarations from pyproject for it)
+    specs: list[Entry]  # the models to check, with their declarations from pyproject
     cli: dict
     strict: bool
     json_path: Path | None
@@ -73,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not (opt.tfcheck or opt.tfcheck_all):
         return
     from tfcheck.model import declarations as decl
-    from tfcheck.model.project_config import declarations_for, find_pyproject, model_entries, unique_specs
+    from tfcheck.model.project_config import find_pyproject, models_to_run, unique_specs
     from tfcheck.model.spec import split_spec
 
     try:
@@ -83,15 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
         if repeated:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 f"tfcheck: --tfcheck {', '.join(sorted(set(repeated)))} given more than once: checked once"), 2)
-        specs = [(s, declarations_for(s, pyproject)) for s in given]
-        if opt.tfcheck_all:
-            entries = model_entries(pyproject)
-            if not entries:
-                raise TfcheckError(f"--tfcheck-all: no [[tool.tfcheck.models]] entries in "
-                                   f"{pyproject or 'pyproject.toml (none found)'}")
-            specs += [e for e in entries if e[0] not in opt.tfcheck]
-        for spec, _ in specs:
-            split_spec(spec)
+        specs = models_to_run(given, pyproject, include_all=opt.tfcheck_all)
+        if opt.tfcheck_all and len(specs) == len(given):
+            raise TfcheckError(f"--tfcheck-all: no [[tool.tfcheck.models]] entries in "
+                               f"{pyproject or 'pyproject.toml (none found)'}")
+        for entry in specs:
+            split_spec(entry.spec)
     except TfcheckError as exc:
         raise pytest.UsageError(str(exc)) from None
     if opt.tfcheck_json == "":
@@ -124,9 +122,10 @@ class TfcheckSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list) -> None:
         # tryfirst: the items must exist before -k / -m deselection runs in pytest's own hook.
-        for spec, declared in self.state.specs:
-            name = f"tfcheck[{spec}]"
-            node = TfcheckModel.from_parent(session, name=name, nodeid=name, spec=spec, declared=declared)
+        for entry in self.state.specs:
+            name = f"tfcheck[{entry.name or entry.spec}]"
+            node = TfcheckModel.from_parent(session, name=name, nodeid=name, spec=entry.spec, declared=entry.declared,
+                                            label=entry.label)
             items.extend(session.genitems(node))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -205,17 +204,18 @@ def _report(state: PluginState):
                                      Cost(**r["cost"]), r["seconds"]))
     for m in models.values():
         m.results.sort(key=lambda r: order.get(r.check, len(order)))
-    specs = [s for s, _ in state.specs]
+    specs = [entry.label for entry in state.specs]
     return Report(sorted(models.values(), key=lambda m: specs.index(m.spec) if m.spec in specs else len(specs)))
 
 
 class TfcheckModel(pytest.Collector):
     """One model: loads it once and yields one item per applicable check."""
 
-    def __init__(self, *, spec: str, declared: dict, **kwargs):
+    def __init__(self, *, spec: str, declared: dict, label: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.spec = spec
         self.declared = declared
+        self.label = label or spec
         self.runner: Runner | None = None  # built by collect()
 
     def collect(self):
@@ -228,6 +228,7 @@ class TfcheckModel(pytest.Collector):
             checks = applicable_checks(subject)
         except TfcheckError as exc:
             raise TfcheckLoadError(str(exc)) from None
+        subject.loaded.spec = self.label  # one spec listed twice (two sizes) is told apart by its name
         self.runner = Runner(subject)
         for chk in checks:
             item = TfcheckItem.from_parent(self, name=chk.id, check=chk)
@@ -236,7 +237,7 @@ class TfcheckModel(pytest.Collector):
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, TfcheckLoadError):
-            return f"tfcheck cannot load model {self.spec}: {excinfo.value}"
+            return f"tfcheck cannot load model {self.label}: {excinfo.value}"
         return super().repr_failure(excinfo)
 
 
@@ -255,7 +256,7 @@ class TfcheckItem(pytest.Item):
         assert model.runner is not None  # collect() built it before yielding this item
         result = model.runner.result(self.check)
         self.payload = json.dumps({
-            "spec": model.spec, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
+            "spec": model.label, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
             "result": result.to_dict()}, ensure_ascii=False)
         status = result.status
         if status in (Status.FAIL, Status.ERROR) or (status is Status.WARN and self.config.stash[STATE].strict):

@@ -730,6 +730,41 @@ def test_two_pyproject_entries_with_one_spec_are_a_usage_error_in_cli_and_pytest
     assert main(["check", "--all"]) == EXIT_USAGE and needle in capsys.readouterr().err
 
 
+NAMED_ENTRIES = """
+[[tool.tfcheck.models]]
+spec = "reference_model:TransformerLM"
+name = "small"
+kwargs = {d_model = 16, num_heads = 2}
+
+[[tool.tfcheck.models]]
+spec = "reference_model:TransformerLM"
+name = "wide"
+kwargs = {d_model = 48, num_heads = 4}
+"""
+
+
+def test_one_spec_at_two_sizes_runs_twice_when_each_entry_is_named(pytester, capsys, monkeypatch):
+    pytester.makefile(".toml", pyproject=NAMED_ENTRIES)
+    result = pytester.runpytest("--tfcheck-all", "-k", "smoke", "--collect-only", "-q")
+    ids = [line for line in result.stdout.lines if line.startswith("tfcheck[")]
+    assert ids == ["tfcheck[small]::forward.smoke", "tfcheck[wide]::forward.smoke"], result.stdout.str()
+    monkeypatch.chdir(pytester.path)
+    json_path = pytester.path / "r.json"
+    assert main(["check", "--all", "--only", "forward.smoke", "--json", str(json_path)]) == EXIT_OK
+    capsys.readouterr()
+    models = json.loads(json_path.read_text())["models"]
+    assert [m["spec"] for m in models] == [f"{LM}[small]", f"{LM}[wide]"]
+    widths = [next(a["value"] for a in m["assumptions"] if a["key"] == "d_model") for m in models]
+    assert widths == [16, 48]  # each entry built with its own kwargs
+
+
+def test_two_entries_with_one_name_are_a_usage_error(pytester, capsys, monkeypatch):
+    pytester.makefile(".toml", pyproject=NAMED_ENTRIES.replace('"wide"', '"small"'))
+    monkeypatch.chdir(pytester.path)
+    assert main(["check", "--all"]) == EXIT_USAGE
+    assert "#1 and #2 are both named 'small'" in capsys.readouterr().err
+
+
 def test_a_spec_given_twice_is_checked_once(pytester):
     result = pytester.runpytest("--tfcheck", LM, "--tfcheck", LM, "-k", "smoke or contract")
     result.assert_outcomes(passed=2, deselected=len(applicable_checks(load_subject(LM))) - 2)

@@ -223,6 +223,12 @@ def _memory_size(v: Any) -> int:
     return n
 
 
+def _entry_name(v: Any) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", v):
+        raise ValueError("expected a short name of letters, digits, '_', '.' or '-', e.g. small")
+    return v
+
+
 def _device(v: Any) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", v):
         raise ValueError("expected cpu, cuda, cuda:N or mps")
@@ -297,6 +303,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "The precision the model trains in; fp16 / bf16 also opt in to a run under autocast.", _precision),
     Key("train_steps", "INT", "The step budget of the training checks (overfitting one batch and the like).",
         _positive_int),
+    Key("name", "NAME",
+        "A name for a [[tool.tfcheck.models]] entry, so that one spec can be listed twice (one class at two "
+        "sizes, each with its kwargs): the test id becomes tfcheck[NAME] and the report names SPEC[NAME].",
+        _entry_name),
     # Run settings: how tfcheck probes, not what the model is; per model like the rest.
     Key("probe_len", "INT",
         "Sequence length of the information-flow probes (default 7; capped at max_len).", _positive_int),

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfcheck.errors import UsageError
@@ -22,8 +23,23 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def model_entries(pyproject: Path | None) -> list[tuple[str, dict[str, decl.Declared]]]:
-    """(spec, declarations) for every [[tool.tfcheck.models]] entry; errors name the file and entry."""
+@dataclass(frozen=True)
+class Entry:
+    """One model to check: a spec, its declarations, and the name that tells two entries of one spec apart."""
+
+    spec: str
+    declared: dict[str, decl.Declared]
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How the report and the messages name it: the spec, with the entry's name when it has one."""
+        return f"{self.spec}[{self.name}]" if self.name else self.spec
+
+
+def model_entries(pyproject: Path | None) -> list[Entry]:
+    """Every [[tool.tfcheck.models]] entry; errors name the file and entry. One spec may appear in several
+    entries (one class at two sizes) when each has its own ``name``."""
     if pyproject is None:
         return []
     try:
@@ -33,21 +49,34 @@ def model_entries(pyproject: Path | None) -> list[tuple[str, dict[str, decl.Decl
     entries = data.get("tool", {}).get("tfcheck", {}).get("models", [])
     if not isinstance(entries, list):
         raise UsageError(f"{pyproject}: tool.tfcheck.models must be an array of tables ([[tool.tfcheck.models]])")
-    out = []
-    first: dict[str, int] = {}
+    out: list[Entry] = []
     for i, entry in enumerate(entries):
         where = f"{pyproject.name} [[tool.tfcheck.models]] #{i + 1}"
         if not isinstance(entry, dict) or not isinstance(entry.get("spec"), str):
             raise UsageError(f"{where}: every entry needs spec = \"module:attr\"")
-        if entry["spec"] in first:
-            # The CLI ran both with the first entry's declarations and pytest merged them into one model.
-            raise UsageError(f"{pyproject.name} [[tool.tfcheck.models]] #{first[entry['spec']] + 1} and #{i + 1} "
-                             f"both have spec = {entry['spec']!r}: merge them into one entry (one spec is one model; "
-                             "for one class at two sizes, give each size its own factory function)")
-        first[entry["spec"]] = i
-        keys = {k: v for k, v in entry.items() if k != "spec"}
-        out.append((entry["spec"], decl.from_mapping(keys, where)))
+        declared = decl.from_mapping({k: v for k, v in entry.items() if k != "spec"}, where)
+        name = declared["name"].value if "name" in declared else None
+        out.append(Entry(entry["spec"], declared, name))
+        _refuse_duplicate(out, pyproject.name)
     return out
+
+
+def _refuse_duplicate(entries: list[Entry], file: str) -> None:
+    """The newest entry against the earlier ones: one spec twice needs a distinct name on each (the CLI ran
+    both with the first entry's declarations and pytest merged them into one model)."""
+    new = entries[-1]
+    for i, old in enumerate(entries[:-1]):
+        same_name = new.name is not None and new.name == old.name
+        if old.spec != new.spec and not same_name:
+            continue
+        first, second = f"#{i + 1}", f"#{len(entries)}"
+        if same_name:
+            raise UsageError(f"{file} [[tool.tfcheck.models]] {first} and {second} are both named {new.name!r}: "
+                             "give each entry its own name")
+        if old.name is None or new.name is None:
+            raise UsageError(f"{file} [[tool.tfcheck.models]] {first} and {second} both have spec = {new.spec!r}: "
+                             "merge them into one entry, or, for one model at two sizes, give each entry a name "
+                             '(name = "small" and name = "large"), which becomes its test id tfcheck[small]')
 
 
 def unique_specs(specs: list[str]) -> tuple[list[str], list[str]]:
@@ -59,8 +88,23 @@ def unique_specs(specs: list[str]) -> tuple[list[str], list[str]]:
     return seen, repeated
 
 
-def declarations_for(spec: str, pyproject: Path | None) -> dict[str, decl.Declared]:
-    for entry_spec, keys in model_entries(pyproject):
-        if entry_spec == spec:
-            return keys
-    return {}
+def models_to_run(given: list[str], pyproject: Path | None, include_all: bool) -> list[Entry]:
+    """The entries the CLI and the pytest plugin check, alike: each spec given (every named entry of it, or
+    the spec alone when pyproject has none), then, with ``include_all``, every other entry."""
+    entries = model_entries(pyproject)
+    runs: list[Entry] = []
+    for spec in given:
+        runs += [e for e in entries if e.spec == spec] or [Entry(spec, {})]
+    if include_all:
+        runs += [e for e in entries if e.spec not in given]
+    return runs
+
+
+def declarations_for(spec: str, pyproject: Path | None, name: str | None = None) -> dict[str, decl.Declared]:
+    """The declarations of the entry for ``spec`` (the one called ``name`` when several entries share it)."""
+    mine = [e for e in model_entries(pyproject) if e.spec == spec and (name is None or e.name == name)]
+    if len(mine) > 1:
+        names = ", ".join(repr(e.name) for e in mine)
+        raise UsageError(f"{spec} has {len(mine)} entries in {pyproject} (named {names}): say which with the "
+                         "'name' declaration, e.g. run_checks(spec, name=" f"{mine[0].name!r})")
+    return mine[0].declared if mine else {}
