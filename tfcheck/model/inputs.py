@@ -64,6 +64,7 @@ def inputs_for(subject: Subject, primary: torch.Tensor, target: torch.Tensor | N
     if subject.kind == "attention":
         return (primary, primary, primary), {}
     mask = mask_spec(subject)
+    given_keep = keep is not None
     if keep is None:
         keep = torch.ones(primary.shape[:2], dtype=torch.bool, device=primary.device)
     args, kwargs = [], {}
@@ -75,7 +76,9 @@ def inputs_for(subject: Subject, primary: torch.Tensor, target: torch.Tensor | N
         else:
             kwargs[name] = value
     mask_in_plan = any(role == "mask" for _, role in plan)
-    if mask.argument is not None and not mask_in_plan and not bool(keep.all()):
+    # A mask of real tokens only is left out; one on the meta device (a shape trace) has no values to ask.
+    padded = given_keep and (keep.is_meta or not bool(keep.all()))
+    if mask.argument is not None and not mask_in_plan and padded:
         kwargs[mask.argument] = mask_value(subject, keep)
     return tuple(args), kwargs
 

@@ -174,3 +174,17 @@ def test_a_keyword_forward_does_not_take_is_refused_not_passed_to_forward():
     model = TransformerLM()
     with pytest.raises(tfcheck.UsageError, match="TransformerLM.forward, which takes tokens, not depth"):
         tfcheck.trace_shapes(model, torch.zeros(2, 5, dtype=torch.long), depth=2)
+
+
+@pytest.mark.parametrize("family", ["BertModel", "GPT2LMHeadModel"])
+def test_a_hugging_face_model_on_meta_traces_without_a_value_read(family):
+    """inputs_for asked a meta mask whether every token was real (keep.all()), which a meta tensor cannot
+    answer: every Hugging Face model with an attention_mask failed to trace on meta."""
+    transformers = pytest.importorskip("transformers")
+    config = {"BertModel": transformers.BertConfig, "GPT2LMHeadModel": transformers.GPT2Config}[family](
+        vocab_size=101, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        n_embd=32, n_layer=1, n_head=2)
+    with torch.device("meta"):
+        model = getattr(transformers, family)(config)
+    trace = tfcheck.trace_shapes(model, device="meta")
+    assert "(3, 7) int64 meta" in str(trace)
