@@ -23,7 +23,7 @@ from typing import Any
 from tfcheck.errors import SpecError
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_sizes import SMALL_VALUES, plan, quantity
+from tfcheck.model.small_sizes import SMALL_VALUES, is_unset, plan, quantity
 
 #: A required field (no default).
 REQUIRED = inspect.Parameter.empty
@@ -90,6 +90,8 @@ def annotation_class(origin: Any, param: inspect.Parameter) -> Any | None:
     """The class a config parameter is annotated with (a postponed string annotation looked up in the module
     that defines ``origin``); None for none, or for a builtin or typing annotation (``cfg: dict``)."""
     ann = param.annotation
+    if ann is param.empty:  # inspect's marker class for "no annotation", never a config
+        return None
     if isinstance(ann, str):
         module = sys.modules.get(getattr(origin, "__module__", None) or "")
         obj: Any = module
@@ -167,7 +169,7 @@ def _init_params(cls: type) -> list[str]:
 
 def _source(where: str, make: Callable[[], Any], values: Mapping[str, Any], changes: Mapping[str, Any],
             required: list[str]) -> ConfigSource:
-    filled = {n: v for n, v in changes.items() if n in required or values.get(n) is None}
+    filled = {n: v for n, v in changes.items() if n in required or is_unset(values.get(n), quantity(n, values))}
     shrunk = {n: (values[n], v) for n, v in changes.items() if n not in filled}
     return ConfigSource(where, make, filled, shrunk)
 

@@ -100,9 +100,8 @@ def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = Tr
     free = {n for n in changeable if n in values and q[n] is not None}
     new = dict(values)
 
-    def unset(n: str) -> bool:  # Llama's ModelArgs leaves vocab_size = -1 for its tokenizer to set
-        v = values[n]
-        return v is None or (q[n] in _POSITIVE and _int(v) and v <= 0)
+    def unset(n: str) -> bool:
+        return is_unset(values[n], q[n])
 
     def large(n: str) -> bool:
         return shrink and _int(values[n]) and values[n] > SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
@@ -167,6 +166,11 @@ def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = Tr
             new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
     return {n: new[n] for n in every if n in free and (values[n] is None or new[n] != values[n])
             and new[n] is not None}
+
+
+def is_unset(value: Any, quantity_: str | None) -> bool:
+    """None, or a size at zero or below: Llama's ModelArgs leaves vocab_size = -1 for its tokenizer to set."""
+    return value is None or (quantity_ in _POSITIVE and _int(value) and value <= 0)
 
 
 def _width_for(heads: Any) -> int:
