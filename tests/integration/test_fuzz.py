@@ -232,3 +232,107 @@ def test_the_zoo_models_left_out_of_the_fuzz_are_refused_with_a_clear_message(sp
         load_subject(cls, {})
     message = str(refused.value)
     assert REFUSED[spec] in message and "'kwargs' declaration" in message, message
+
+
+# ----- hostile forwards: what a model may do to itself and to the process while tfcheck runs it -------------
+
+def _exit(m: nn.Module) -> None:
+    raise SystemExit(0)
+
+
+def _reassign_buffer(m: nn.Module) -> None:
+    m.step = m.step + 1  # a registered buffer replaced by a new tensor
+
+
+def _new_parameter(m: nn.Module) -> None:
+    m.head.bias = nn.Parameter(torch.zeros_like(m.head.bias))
+
+
+def _swap_data(m: nn.Module) -> None:
+    m.head.weight.data = m.head.weight.data.clone() * 0.5  # new storage behind the same parameter
+
+
+def _add_module(m: nn.Module) -> None:
+    m.extra = nn.Linear(2, 2)
+
+
+def _delete_module(m: nn.Module) -> None:
+    if hasattr(m, "spare"):
+        del m.spare
+
+
+def _global_hook(m: nn.Module) -> None:
+    nn.modules.module.register_module_forward_hook(lambda *a: None)
+
+
+def _tensor_hook(m: nn.Module) -> None:
+    m.head.weight.register_hook(lambda g: g)
+
+
+def _state_dict_hook(m: nn.Module) -> None:
+    m._register_state_dict_hook(lambda *a: None)
+
+
+def _process_state(m: nn.Module) -> None:
+    import os
+    import sys
+    import warnings
+
+    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(torch.float32)  # left changed by the next act below: what a model leaves, restored
+    warnings.simplefilter("ignore")
+    sys.path.append("/nonexistent-added-by-a-hostile-forward")
+    os.chdir(os.path.dirname(os.getcwd()) or "/")
+    torch.set_float32_matmul_precision("medium")
+
+
+ACTS = {f.__name__.lstrip("_"): f for f in (_exit, _reassign_buffer, _new_parameter, _swap_data, _add_module,
+                                           _delete_module, _global_hook, _tensor_hook, _state_dict_hook,
+                                           _process_state)}
+
+
+class Hostile(nn.Module):
+    """A small LM whose forward does the hostile acts it is given, from its k-th call on."""
+
+    def __init__(self, acts: tuple[str, ...], from_call: int, lazy: bool):
+        super().__init__()
+        self.acts, self.from_call, self.calls = acts, from_call, 0
+        self.embed = nn.Embedding(23, 8)
+        self.body = nn.LazyLinear(8) if lazy else nn.Linear(8, 8)
+        self.spare = nn.Linear(2, 2)
+        self.head = nn.Linear(8, 23)
+        self.register_buffer("step", torch.zeros(()))
+
+    def forward(self, input_ids):
+        self.calls += 1
+        if self.calls >= self.from_call:
+            for act in self.acts:
+                ACTS[act](self)
+        return self.head(torch.relu(self.body(self.embed(input_ids))))
+
+
+def built_on_meta() -> nn.Module:
+    with torch.device("meta"):
+        return Hostile((), 1, lazy=False)
+
+
+@FUZZ
+@given(acts=st.lists(st.sampled_from(sorted(ACTS)), min_size=1, max_size=3, unique=True).map(tuple),
+       from_call=st.integers(1, 30), lazy=st.booleans(), kind=st.sampled_from([None, "decoder"]))
+def test_hostile_forwards_never_break_tfcheck_and_everything_is_put_back(acts, from_call, lazy, kind):
+    """sys.exit in forward, state reassigned or swapped, modules added and deleted, global, tensor and state-dict
+    hooks, process settings changed, lazy parameters: a finding or a usage error, never a crash, and the model and
+    the process exactly as before."""
+    model = Hostile(acts, from_call, lazy)
+    declared = {"kind": kind} if kind else {}
+    if lazy:  # refused before any forward: its parameters have no size yet (and no state to compare)
+        with pytest.raises(tfcheck.UsageError, match="lazy|Lazy"):
+            tfcheck.run_checks(model, **declared)
+        assert nn.parameter.is_lazy(model.body.weight) and model.calls == 0
+        return
+    check_the_battery(model, **declared)
+
+
+def test_a_factory_that_builds_on_meta_is_a_usage_error_not_a_crash():
+    with pytest.raises(tfcheck.UsageError, match="meta device"):
+        tfcheck.run_checks(built_on_meta)
