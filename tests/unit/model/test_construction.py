@@ -1,0 +1,279 @@
+"""Construction (tfcheck/model/construction.py, configs.py, recording_config.py, small_sizes.py, import_limit.py):
+the recording config, dicts given for configs, a fresh config per build, shrinking with its invariants,
+shrink=false, kwargs keys kept, the defaults built when a constructor refuses the shrunk sizes, the import time
+limit, the device argument, and the name patterns. The fixtures are tests/support/frontdoor_build/."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcheck.engine.runner import load_subject
+from tfcheck.errors import SpecError
+from tfcheck.model import declarations as decl
+from tfcheck.model import import_limit
+from tfcheck.model.construction import plan_arguments, rebuild_at_defaults
+from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.small_sizes import plan, quantity
+
+HERE = Path(__file__).resolve().parents[2] / "support" / "frontdoor_build"
+
+
+def spec(file: str, attr: str) -> str:
+    return f"{HERE / file}:{attr}"
+
+
+def declared(**values) -> dict[str, decl.Declared]:
+    return decl.from_mapping(values, "test")
+
+
+# ----- the recording config ----------------------------------------------------------------------------
+
+def test_the_recording_config_answers_only_hyper_parameters():
+    cfg = RecordingConfig()
+    assert (cfg.d_model, cfg["n_heads"], cfg.get("dropout"), cfg.trg_pad_idx) == (32, 4, 0.1, 0)
+    assert getattr(cfg, "causal", "as a config without it") == "as a config without it"
+    assert cfg.get("bias", True) is True and "is_decoder" not in cfg and not hasattr(cfg, "activation")
+    with pytest.raises(KeyError):
+        cfg["qkv_bias"]
+    assert set(cfg.read) == {"d_model", "n_heads", "dropout", "trg_pad_idx"}
+    assert cfg.missing == ["causal", "bias", "is_decoder", "activation", "qkv_bias"]
+
+
+def test_the_real_build_gets_a_dict_of_the_names_read_with_attribute_access():
+    built = RecordingConfig({"tie": True}).as_built()
+    built.d_model = 32
+    assert isinstance(built, dict) and built.d_model == built["d_model"] == 32 and built.tie is True
+    assert copy.deepcopy(built) == copy.copy(built) == dict(**built) == {"tie": True, "d_model": 32}
+    assert "d_model" in built and list(built) == ["tie", "d_model"] and not hasattr(built, "bias")
+    nested = to_config_object({"encoder": {"d_model": 16}, "layers": [{"heads": 2}]})
+    assert nested.encoder.d_model == 16 and nested.layers[0].heads == 2 and isinstance(nested.encoder, AttrDict)
+
+
+def test_a_getattr_default_and_a_hasattr_take_the_branch_of_a_config_without_the_field():
+    subject = load_subject(spec("recorded_config_style.py", "Encoder"))
+    assert subject.model.causal is False and subject.model.final_norm is None  # never invented
+    assert subject.loaded.config_filled == {"vocab_size": 101, "d_model": 32, "max_len": 64, "n_layers": 2,
+                                            "n_heads": 4, "d_ff": 64, "dropout": 0.1}
+    assert subject.facts.kind == "encoder"
+
+
+def test_a_hard_read_of_a_switch_names_it_and_the_declaration_and_the_hint_works_when_followed():
+    with pytest.raises(SpecError) as info:
+        load_subject(spec("recorded_config_style.py", "Decoder"))
+    message = str(info.value)
+    assert "cfg.tie_weights" in message and "recorded_config_style.py:31" in message and "never a switch" in message
+    hinted = re.search(r"--set '(kwargs=.*?)'", message).group(1).replace("VALUE", "true")
+    key, value = decl.parse_assignment(hinted, "the hint")
+    subject = load_subject(spec("recorded_config_style.py", "Decoder"), {key: value})
+    assert subject.model.head.weight is subject.model.embed.weight  # tie_weights as the user said
+    assert subject.model.embed.embedding_dim == 32  # the user's key merged over the small sizes
+
+
+# ----- dicts given for a config --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("file", "attr", "given", "width"), [
+    ("nanogpt_style.py", "GPT", {"config": {"n_embd": 48}}, lambda m: m.wte.embedding_dim),
+    ("book_style.py", "GPTModel", {"cfg": {"emb_dim": 48, "qkv_bias": True}}, lambda m: m.tok_emb.embedding_dim),
+    ("recorded_config_style.py", "Encoder", {"cfg": {"d_model": 48}}, lambda m: m.embed.embedding_dim),
+    ("mingpt_style.py", "GPT", {"config": {"n_embd": 48, "n_head": 3}}, lambda m: m.tok_emb.embedding_dim),
+])
+def test_a_dict_given_for_a_config_becomes_the_config_the_constructor_expects(file, attr, given, width):
+    # Before: "'dict' object has no attribute 'n_embd'" (the dict was passed as it was).
+    subject = load_subject(spec(file, attr), declared(kwargs=given))
+    assert width(subject.model) == 48
+    heads = subject.model.modules()
+    attention = next(m for m in heads if type(m).__name__ == "Attention")
+    assert 48 % attention.n_heads == 0 and attention.d_k >= 4  # the small head count follows the user's width
+
+
+def test_switches_of_a_module_level_config_are_kept_as_written():
+    subject = load_subject(spec("book_style.py", "GPTModel"))
+    assert subject.loaded.filled["cfg"]["qkv_bias"] is False
+    assert subject.model.trf_blocks[0].attn.q.bias is None
+
+
+# ----- a fresh config per build ------------------------------------------------------------------------
+
+class _Marks:
+    def __init__(self):
+        self.d_model, self.n_heads, self.used = 512, 8, False
+
+
+class MarksItsConfig(nn.Module):
+    """Refuses a config already used by another build (as a constructor that mutates its config would break)."""
+
+    made = 0
+
+    @staticmethod
+    def get_default_config():
+        MarksItsConfig.made += 1
+        return _Marks()
+
+    def __init__(self, config):
+        super().__init__()
+        assert not config.used, "this config was already built from"
+        config.used = True
+        self.embed = nn.Embedding(11, config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(self, x):
+        return self.proj(self.embed(x))
+
+
+def test_a_constructor_that_mutates_its_config_gets_a_fresh_one_for_each_build():
+    MarksItsConfig.made = 0
+    subject = load_subject(MarksItsConfig)
+    assert subject.model.proj.in_features == 32
+    assert MarksItsConfig.made >= 3  # read once for its defaults, then one for the size guard, one for the build
+
+
+def test_mingpts_model_type_is_cleared_when_tfcheck_states_the_sizes():
+    subject = load_subject(spec("mingpt_style.py", "GPT"))
+    config = subject.loaded.filled["config"]
+    assert config.model_type is None and (config.n_layer, config.n_head, config.n_embd) == (2, 4, 32)
+    assert subject.loaded.config_filled["vocab_size"] == 101 and subject.loaded.config_filled["block_size"] == 64
+
+
+# ----- shrinking ----------------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(heads=st.integers(1, 64), head_dim=st.integers(1, 256), layers=st.integers(1, 96),
+       vocab=st.integers(2, 300_000), kv=st.integers(1, 64), pad=st.integers(0, 300_000),
+       alias=st.booleans(), separate_dk=st.booleans())
+def test_shrunk_defaults_keep_their_invariants(heads, head_dim, layers, vocab, kv, pad, alias, separate_dk):
+    kv = max(d for d in range(1, heads + 1) if heads % d == 0 and d <= kv)  # a valid default: kv divides heads
+    pad = min(pad, vocab - 1)
+    d_model = heads * head_dim
+    values = {"d_model": d_model, "n_head": heads, "n_layers": layers, "vocab_size": vocab, "n_kv_heads": kv,
+              "pad_idx": pad, **({"d_word_vec": d_model} if alias else {}),
+              **({"d_k": head_dim, "d_v": head_dim} if separate_dk else {})}
+    small = {**values, **plan(values, list(values))}
+    width, h = small["d_model"], small["n_head"]
+    assert width % h == 0
+    if width != d_model:  # shrunk: heads of 4 or more, two heads or more (unless the model has one)
+        assert width // h >= 4 and (h >= 2 or heads == 1) and (width // h != width or heads == 1)
+    assert width <= max(d_model, 32) and small["n_layers"] <= max(2, min(layers, 2) if layers > 2 else layers)
+    assert small["vocab_size"] <= 101 or small["vocab_size"] == vocab
+    assert h % small["n_kv_heads"] == 0 and small["pad_idx"] < small["vocab_size"]
+    if alias:
+        assert small["d_word_vec"] == width
+    if separate_dk:
+        assert small["d_k"] == small["d_v"] == width // h
+
+
+def test_a_max_len_at_or_below_the_small_value_is_kept_and_a_large_one_is_tfchecks():
+    assert plan({"block_size": 32, "n_embd": 768}, ["block_size", "n_embd"]) == {"n_embd": 32}
+    assert plan({"block_size": 1024}, ["block_size"]) == {"block_size": 64}
+
+
+def test_top_k_never_exceeds_the_experts_and_special_ids_stay_in_the_vocabulary():
+    assert plan({"num_experts": 64, "num_experts_per_tok": 8, "vocab_size": 50257, "eos_token_id": 50256,
+                 "bos_token_id": 1}, ["num_experts", "num_experts_per_tok", "vocab_size", "eos_token_id",
+                                      "bos_token_id"]) == {"num_experts": 4, "num_experts_per_tok": 2,
+                                                           "vocab_size": 101, "eos_token_id": 2}
+
+
+def test_shrink_false_keeps_the_model_as_written():
+    subject = load_subject(spec("size_constraint_style.py", "Model"), declared(shrink=False))
+    assert subject.model.embed.embedding_dim == 256 and subject.loaded.shrunk == {}
+    assert subject.loaded.size_constraint is None and "constructor arguments shrunk" not in \
+        {a.key for a in subject.assumptions}
+
+
+def test_a_kwargs_key_keeps_its_value_and_the_rest_follows_it():
+    subject = load_subject(spec("annotated_style.py", "make_model"), declared(kwargs={"d_model": 64}))
+    assert subject.loaded.shrunk == {"N": (6, 2), "d_ff": (2048, 64), "h": (8, 4)}
+    assert subject.model.src_embed.lut.embedding_dim == 64
+
+
+def test_a_constructor_that_refuses_the_shrunk_sizes_is_built_at_its_defaults_with_the_constraint_stated():
+    subject = load_subject(spec("size_constraint_style.py", "Model"))
+    assert subject.model.embed.embedding_dim == 256 and subject.loaded.shrunk == {}
+    constraint = next(a for a in subject.assumptions if a.key == "size constraint")
+    assert "d_model 256→32" in constraint.value and "AssertionError: d_model must be at least 128" in constraint.value
+    assert "size_constraint_style.py:9" in constraint.value
+
+
+class Rebuildable(nn.Module):
+    def __init__(self, d_model=128, n_heads=8):
+        super().__init__()
+        self.embed = nn.Embedding(11, d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.n_heads = n_heads
+
+    def forward(self, x):
+        return self.proj(self.embed(x))
+
+
+def test_rebuild_at_defaults_builds_the_model_as_written_from_the_same_seed():
+    loaded = load_subject(Rebuildable).loaded
+    assert loaded.shrunk == {"d_model": (128, 32), "n_heads": (8, 4)} and loaded.chosen_by_tfcheck("d_model")
+    again = rebuild_at_defaults(loaded)
+    assert again.model.proj.in_features == 128 and again.shrunk == {} and not again.chosen_by_tfcheck("d_model")
+    assert rebuild_at_defaults(again).model.proj.weight.equal(again.model.proj.weight)
+
+
+# ----- arguments -----------------------------------------------------------------------------------------
+
+def test_the_device_argument_is_the_runs_device():
+    arguments = plan_arguments(spec_origin("positional_names_style.py", "Transformer"), {}, "spec", device="cuda:1")
+    assert arguments.values["device"] == "cuda:1" and arguments.filled["device"] == "cuda:1"
+
+
+def spec_origin(file: str, attr: str):
+    from tfcheck.model.spec import import_target, resolve_attr
+
+    target = str(HERE / file)
+    return resolve_attr(import_target(target), target, attr)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("n_src_vocab", "VOCAB_SIZE"), ("n_trg_vocab", "VOCAB_SIZE"), ("enc_voc_size", "VOCAB_SIZE"),
+    ("src_vocab", "VOCAB_SIZE"), ("ffn_hidden", "D_FF"), ("d_inner_hid", "D_FF"), ("hidden_size", "D_MODEL"),
+    ("drop_prob", "DROPOUT"), ("drop_rate", "DROPOUT"), ("src_pad_idx", "PAD_ID"), ("trg_sos_idx", "BOS_TOKEN_ID"),
+    ("eos_id", "EOS_TOKEN_ID"), ("qkv_bias", None), ("causal", None), ("activation", None), ("N", None), ("h", None),
+])
+def test_names_outside_the_exact_tables_are_read_by_their_patterns(name, expected):
+    assert quantity(name) == expected
+
+
+def test_n_and_h_are_layers_and_heads_only_as_the_annotated_transformers_pair():
+    beside = ["src_vocab", "tgt_vocab", "N", "d_model", "d_ff", "h", "dropout"]
+    assert (quantity("N", beside), quantity("h", beside)) == ("NUM_LAYERS", "NUM_HEADS")
+    assert quantity("N", ["N", "d_model"]) is None and quantity("h", ["h", "d_model", "d_ff"]) is None
+    assert quantity("hidden_dim", ["dim", "hidden_dim"]) == "D_FF" and quantity("hidden_dim") == "D_MODEL"
+
+
+# ----- a model file that runs a script when imported -------------------------------------------------------
+
+def test_a_model_file_that_runs_a_script_at_import_is_stopped_and_told_to_guard_it(monkeypatch):
+    monkeypatch.setattr(import_limit, "IMPORT_LIMIT_S", 0.3)
+    started = time.monotonic()
+    with pytest.raises(SpecError) as info:
+        load_subject(spec("slow_script.py", "Model"))
+    assert time.monotonic() - started < 5  # the script would take 10 s
+    message = str(info.value)
+    assert "did not finish within 0.3 s" in message and 'if __name__ == "__main__":' in message
+    assert "slow_script.py:" in message
+
+
+def test_the_import_limit_leaves_no_handler_behind():
+    import signal
+
+    before = signal.getsignal(import_limit.LIMIT_SIGNAL)
+    with import_limit.import_time_limit(5):
+        pass
+    assert signal.getsignal(import_limit.LIMIT_SIGNAL) == before
+
+
+def test_kwargs_for_a_config_is_valid_json_as_the_hint_prints_it():
+    assert decl.parse_value("kwargs", json.dumps({"cfg": {"qkv_bias": False}}), "t").value == \
+        {"cfg": {"qkv_bias": False}}
