@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tfcheck.engine.memory import ASSUMPTION, Limit, ModelShape, fit_probes, memory_limit
+import tfcheck
+from tfcheck.engine.memory import ASSUMPTION, ModelShape, fit_probes
 from tfcheck.engine.runner import load_subject
 from tfcheck.errors import DeclarationError
 from tfcheck.model import declarations as decl
+from tfcheck.model.memory_limits import Limit, memory_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +61,7 @@ def test_the_memory_budget_declaration_reads_units_and_refuses_nonsense():
 
 def test_the_limit_is_the_address_space_limit_when_that_is_smallest():
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY)); "
-            "from tfcheck.engine.memory import memory_limit; l = memory_limit(); print(l.bytes, l.source)")
+            "from tfcheck.model.memory_limits import memory_limit; l = memory_limit(); print(l.bytes, l.source)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
     physical = memory_limit().bytes
     if physical > 4 << 30:
@@ -85,3 +87,19 @@ def test_a_4096_probe_under_a_4_gib_address_space_comes_back_with_the_scaled_pro
     statuses = {r["check"]: r["status"] for r in model["checks"]}
     assert "error" not in statuses.values(), statuses
     assert statuses["mask.causal"] == "pass", statuses
+
+
+def test_a_training_copy_that_would_not_fit_is_inconclusive_and_says_why():
+    """Training checks train a deep copy with gradients and Adam's two moments: four times the parameters."""
+    report = tfcheck.run_checks("reference_model:TransformerLM", memory_budget="64KiB",
+                                only=["train.overfit_batch", "train.target_leak"])
+    for result in report.models[0].results:
+        finding = result.findings[0]
+        assert finding.status is tfcheck.Status.SKIP, finding
+        assert "training a copy needs about" in finding.message and "memory_budget (run_checks() argument)" in \
+            finding.message, finding.message
+
+
+def test_a_training_copy_that_fits_trains():
+    report = tfcheck.run_checks("reference_model:TransformerLM", memory_budget="8GiB", only=["train.overfit_batch"])
+    assert report.models[0].results[0].status is tfcheck.Status.PASS

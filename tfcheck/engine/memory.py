@@ -10,19 +10,16 @@ scale a probe the same way. A declared ``probe_len`` that does not fit is scaled
 from __future__ import annotations
 
 import math
-import os
-import resource
 from dataclasses import dataclass
 
 from tfcheck.model import names
+from tfcheck.model.memory_limits import Limit, gib, limit_for
 from tfcheck.model.subject import Subject
 from tfcheck.report.report import Assumption
 
 #: Share of the memory limit the probes of one check may take (the model, its baseline copy and torch's own
 #: allocations need the rest).
 PROBE_SHARE = 0.25
-#: Address space a process with torch imported takes before any model (about 0.7 GiB measured; kept wider).
-PROCESS_ADDRESS_SPACE = 2 << 30
 #: The most rows one probe runs: mask.causal perturbs each position of its longest probe (up to 16) and keeps
 #: the reference row.
 WORST_ROWS = 17
@@ -33,43 +30,6 @@ BYTES = 4  # float32
 #: Used when the model does not say its depth or head count.
 UNKNOWN_LAYERS, UNKNOWN_HEADS = 12, 16
 ASSUMPTION = "probe length (memory)"
-
-
-@dataclass(frozen=True)
-class Limit:
-    bytes: int
-    source: str
-
-
-def memory_limit() -> Limit:
-    """The smallest of the machine's memory limits: physical memory, the cgroup's (v2 or v1) and RLIMIT_AS
-    (less the address space the process itself takes)."""
-    found = [Limit(_physical(), "physical memory")]
-    for path, what in (("/sys/fs/cgroup/memory.max", "cgroup memory.max"),
-                       ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "cgroup memory.limit_in_bytes")):
-        value = _read_int(path)
-        if value is not None and 0 < value < found[0].bytes:
-            found.append(Limit(value, what))
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        found.append(Limit(max(soft - PROCESS_ADDRESS_SPACE, 0), "RLIMIT_AS less the process's own address space"))
-    return min(found, key=lambda limit: limit.bytes)
-
-
-def _physical() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -109,10 +69,7 @@ def fit_probes(subject: Subject, limit: Limit | None = None) -> None:
     requested = subject.facts.probe_len
     if requested is None or any(a.key == ASSUMPTION for a in subject.assumptions):
         return  # the default probes are at most PROBE_LENGTH_CAP long: small for any model tfcheck builds
-    declared = subject.facts.memory_budget
-    if limit is None and declared is not None:
-        limit = Limit(declared, f"memory_budget ({subject.source_of('memory_budget')})")
-    limit = limit or memory_limit()
+    limit = limit or limit_for(subject)
     budget = int(limit.bytes * PROBE_SHARE)
     shape = shape_of(subject)
     if shape.peak(WORST_ROWS, requested) <= budget:
@@ -122,9 +79,9 @@ def fit_probes(subject: Subject, limit: Limit | None = None) -> None:
     subject.assumptions.append(Assumption(
         ASSUMPTION, fits,
         f"probe_len={requested} ({subject.source_of('probe_len')}) scaled down: a probe of {WORST_ROWS} rows × "
-        f"{requested} would need about {_gib(shape.peak(WORST_ROWS, requested))} (d_model {shape.d_model}, "
+        f"{requested} would need about {gib(shape.peak(WORST_ROWS, requested))} (d_model {shape.d_model}, "
         f"{shape.layers} layers, {shape.heads} heads), over {int(PROBE_SHARE * 100)}% of the {limit.source} "
-        f"({_gib(limit.bytes)}); {fits} fits. Run on a machine with more memory for longer probes"))
+        f"({gib(limit.bytes)}); {fits} fits. Run on a machine with more memory for longer probes"))
 
 
 def _longest_fitting(shape: ModelShape, budget: int) -> int:
@@ -133,7 +90,3 @@ def _longest_fitting(shape: ModelShape, budget: int) -> int:
     b = WORST_ROWS * (shape.d_model * ACTIVATIONS_PER_LAYER * shape.layers + 2 * shape.vocab) * BYTES
     root = (-b + math.sqrt(b * b + 4 * a * budget)) / (2 * a)
     return max(8, int(root) // 8 * 8)
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 from tfcheck.model.inputs import batch_length
+from tfcheck.model.memory_limits import Limit, gib
 
 #: Step budget of a training check when ``train_steps`` is not declared.
 DEFAULT_TRAIN_STEPS = 30
@@ -40,8 +41,23 @@ class CannotCopy(Exception):
     """The model cannot be deep-copied, so tfcheck will not train it (it trains copies only)."""
 
 
-def copy_model(model: nn.Module) -> nn.Module:
-    """A deep copy of the model in eval mode (dropout off, so a descent measures the wiring, not noise)."""
+#: Share of the memory limit a training copy may take: its parameters, their gradients and Adam's two moments.
+TRAINING_SHARE = 0.5
+
+
+def copy_model(model: nn.Module, limit: Limit | None = None) -> nn.Module:
+    """A deep copy of the model in eval mode (dropout off, so a descent measures the wiring, not noise); refused
+    (CannotCopy) when training it would not fit ``limit``."""
+    if limit is not None:
+        parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+        need = 4 * parameters + buffers
+        if need > limit.bytes * TRAINING_SHARE:
+            raise CannotCopy(
+                f"training a copy needs about {gib(need)} (its parameters, their gradients and Adam's two moments: "
+                f"4 × {gib(parameters)}), over {int(TRAINING_SHARE * 100)}% of the {limit.source} "
+                f"({gib(limit.bytes)}); "
+                "declare a larger memory_budget if the machine has it, or shrink the model with kwargs")
     try:
         clone = copy.deepcopy(model)
     except Exception as exc:  # a model holding a file handle, a lock, a C++ object ...

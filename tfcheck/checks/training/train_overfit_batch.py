@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from tfcheck.engine.registry import check
+from tfcheck.model.memory_limits import limit_for
 from tfcheck.probe.schedules import sparkline
 from tfcheck.probe.training import (
     CHECK_LR,
@@ -45,7 +46,7 @@ def train_overfit_batch(ctx) -> list[Finding]:
     subject = ctx.subject
     steps, steps_from = budget(subject)
     try:
-        model = copy_model(subject.model)
+        model = copy_model(subject.model, limit_for(subject))
     except CannotCopy as exc:
         return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only, never the model",
                         evidence={})]

@@ -13,6 +13,7 @@ import math
 import torch
 
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.model.memory_limits import limit_for
 from tfcheck.probe.training import (
     CHECK_LR,
     CannotCopy,
@@ -61,7 +62,7 @@ def train_target_leak(ctx) -> list[Finding]:
     if not vocab:
         return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT", evidence={})]
     try:
-        model = copy_model(subject.model)
+        model = copy_model(subject.model, limit_for(subject))
     except CannotCopy as exc:
         return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only", evidence={})]
     steps, steps_from = budget(subject)
