@@ -29,8 +29,10 @@ import torch
 
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import trial
+from tfcheck.model.flat_outputs import output_size
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.observed import Observed, Observer
+from tfcheck.model.outputs import as_checks_read
 from tfcheck.model.subject import PROBE_BATCH, Subject
 from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
@@ -141,15 +143,17 @@ class CheckContext:
 
     def call(self, args: tuple, kwargs: dict, what: str, tokens: int, grad: bool = False,
              model: torch.nn.Module | None = None) -> Any:
-        """The raw return of one counted forward of the model (or of ``model``, a training copy of it)."""
+        """The return of one counted forward of the model (or of ``model``, a training copy of it), as every
+        check reads it: flattened output rows reshaped, a head forward does not call applied (``model``'s own)."""
         model = self.subject.model if model is None else model
         self.cost.forward += 1
         self.cost.token_passes += tokens
         with tracking(model) as stack, torch.set_grad_enabled(grad):
             try:
+                batch, length = output_size(self.subject, args, kwargs)
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
                 with user_code():
-                    return model(*args, **kwargs)
+                    return as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc
 

@@ -60,6 +60,8 @@ class Observed:
     position_tables: list[Sighting] = field(default_factory=list)
     #: objects made for the input's length (a square mask, a table slice, positions fed to an embedding)
     length_objects: list[Sighting] = field(default_factory=list)
+    #: the shapes of what forward returned (tfcheck.probe.recorder.describe: TensorMeta, lists, dicts)
+    returned: Any = None
 
     def lengths_seen(self) -> set[int]:
         return {s.length for s in self.length_objects if s.length is not None}
@@ -85,6 +87,7 @@ class Observer:
 
     def finish(self, recording: Recording) -> Observed:
         self.observed.called = frozenset(c.path for c in recording.calls if not c.raised)
+        self.observed.returned = next((c.outputs for c in recording.calls if c.path == "" and not c.raised), None)
         self.alive = []
         return self.observed
 
@@ -136,7 +139,10 @@ class Observer:
                 table = self.owned.get(id(weight), "an embedding")
                 sighting = Sighting(f"embedding '{table}' of {weight.shape[0]} rows indexed by positions", where,
                                     int(weight.shape[0]), n)
-                self.observed.position_tables.append(sighting)
+                # A (query, key) index is relative positions (T5's buckets): its table holds distances, not
+                # positions, and caps no length.
+                if sum(1 for size in inputs[0].shape if size in self.lengths) <= 1:
+                    self.observed.position_tables.append(sighting)
                 self.observed.length_objects.append(sighting)
             return
         known = [self.positions[id(t)] for t in inputs if id(t) in self.positions]

@@ -1,12 +1,15 @@
 """Reading a forward's return value: which tensor is the output (declared, or settled from the structure of
-the first return value, never from its values), and which last dimensions it may have."""
+the first return value, never from its values), the return as the checks read it (the output reshaped from
+flattened rows, a head outside forward applied to it), and which last dimensions it may have."""
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tfcheck.errors import UsageError
+from tfcheck.probe.recorder import TensorMeta
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
@@ -44,6 +47,75 @@ def output_of(raw: Any) -> tuple[str | int, str]:
     raise UsageError(
         f"the model returned a {type(raw).__name__} with no tensor tfcheck can find; declare 'output' (a tuple "
         "index or a key/attribute name of the output tensor)")
+
+
+def returned_output(subject: Subject, returned: Any) -> TensorMeta | None:
+    """The output among the shapes of a recorded return value (``tfcheck.probe.recorder.describe``: tuples
+    become lists, objects dicts), selected as ``select_output`` would select it from the return itself."""
+    how = subject.facts.output
+    if how in (None, AUTO):
+        how = next((name for name in ("logits", "last_hidden_state")
+                    if isinstance(returned, dict) and isinstance(returned.get(name), TensorMeta)), None)
+    if how in (None, AUTO):
+        values = returned if isinstance(returned, list) else list(returned.values()) \
+            if isinstance(returned, dict) else [returned]
+        return next((v for v in values if isinstance(v, TensorMeta)), None)
+    if how == "tensor":
+        return returned if isinstance(returned, TensorMeta) else None
+    if isinstance(how, int) and isinstance(returned, list) and -len(returned) <= how < len(returned):
+        value = returned[how]
+    else:
+        value = returned.get(how) if isinstance(returned, dict) else None
+    return value if isinstance(value, TensorMeta) else None
+
+
+def as_checks_read(subject: Subject, model: torch.nn.Module, raw: Any, batch: int, length: int) -> Any:
+    """The return of a forward of ``model`` (the model or a training copy of it) at (batch, output length) as
+    every check reads it: flattened (batch·length, ...) rows reshaped (``tfcheck.model.flat_outputs``), and a
+    head forward does not call applied (the head of ``model``, so a copy's gradients reach its own). Unchanged
+    for a model that needs neither; called on the user's code (the head is theirs)."""
+    facts = subject.facts
+    if facts.head is None and not facts.flat_output:
+        return raw
+    how = facts.output if facts.output not in (None, AUTO) else output_of(raw)[0]
+    value = select_output(raw, how)
+    if not isinstance(value, torch.Tensor):
+        return raw
+    if facts.flat_output:
+        value = unflattened(subject, value, batch, length)
+    if facts.head is not None:
+        value = model.get_submodule(facts.head)(value)
+    return replaced(raw, how, value)
+
+
+def unflattened(subject: Subject, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """Flattened rows as (batch, length, ...): (length, batch, ...) for a seq-first model, which
+    ``extract_output`` transposes. Rows that are not batch × length are left as they are: they cannot be read
+    per position (``tfcheck.model.flat_outputs.unreadable`` says why)."""
+    if value.dim() != 2 or batch * length != value.shape[0]:
+        return value
+    if subject.facts.batch_first is False:
+        return value.reshape(length, batch, value.shape[1])
+    return value.reshape(batch, length, value.shape[1])
+
+
+def replaced(raw: Any, how: str | int, value: torch.Tensor) -> Any:
+    """``raw`` with its output (selected by ``how``) replaced by ``value``; the model's own object untouched."""
+    if how == "tensor":
+        return value
+    if isinstance(how, int) and isinstance(raw, (tuple, list)):
+        items = list(raw)
+        items[how] = value
+        return type(raw)(items) if not hasattr(raw, "_fields") else type(raw)(*items)
+    if isinstance(raw, dict) and how in raw:
+        new = copy.copy(raw)
+        new[how] = value
+        if isinstance(how, str) and hasattr(new, how):  # a ModelOutput keeps its attributes beside its keys
+            object.__setattr__(new, how, value)
+        return new
+    new = copy.copy(raw)
+    setattr(new, str(how), value)
+    return new
 
 
 def select_output(raw: Any, how: str | int) -> Any:

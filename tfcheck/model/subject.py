@@ -16,14 +16,13 @@ import torch.nn as nn
 
 from tfcheck.model import declarations as decl
 from tfcheck.model import inputs, outputs
+from tfcheck.model.capacity import PROBE_LENGTH_CAP, probe_cap
 from tfcheck.model.facts import Facts
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.model.spec import Loaded
 from tfcheck.model.structure import forward_params
 from tfcheck.report.report import Assumption
 
-#: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).
-PROBE_LENGTH_CAP = 64
 #: The default probe: batch and length distinct from each other and from every small hyper-parameter.
 PROBE_BATCH, PROBE_LENGTH = 3, 7
 
@@ -84,9 +83,11 @@ class Subject:
         return tuple(sorted({1, self.probe_length(), self.length_cap()}))
 
     def length_cap(self) -> int:
-        """The longest probe: max_len, but never over PROBE_LENGTH_CAP unless probe_len asks for more."""
-        cap = max(PROBE_LENGTH_CAP, self.facts.probe_len or 0)
-        return min(self.facts.max_len or cap, cap)
+        """The longest probe: max_len and the capacity (``tfcheck.model.capacity``, settled by the trial
+        forward; collection, before it, reads max_len alone), but never over PROBE_LENGTH_CAP unless probe_len
+        asks for more."""
+        limits = [n for n in (self.facts.max_len, self.facts.capacity) if n]
+        return min([probe_cap(self), *limits])
 
     def probe_length(self, default: int = PROBE_LENGTH) -> int:
         """A check's probe length: its default, or the declared probe_len; capped (see ``length_cap``)."""

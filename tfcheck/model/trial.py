@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tfcheck.model import capacity, flat_outputs, head
 from tfcheck.model.declarations import MASK_LAYOUTS
 from tfcheck.model.inputs import mask_spec
 from tfcheck.model.observed import Observed
@@ -46,7 +47,11 @@ class Trial:
 
 
 #: Rules that read the trial forward's structure and settle facts from it, each (subject, observed) -> None.
-ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = ()
+ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = (
+    capacity.adopt_capacity,
+    flat_outputs.adopt_flat_output,
+    head.adopt_head,
+)
 
 
 def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[Any], Any] = lambda r: r,

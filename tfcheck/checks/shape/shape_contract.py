@@ -2,9 +2,14 @@
 is finite."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from tfcheck.engine.registry import check
+from tfcheck.model import flat_outputs
+from tfcheck.model.capacity import promised_length
+from tfcheck.model.head import head_choice, outside_forward
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -24,10 +29,29 @@ def shape_contract(ctx) -> list[Finding]:
     allowed, why = subject.expected_last_dims()
     param_dtype = _param_dtype(subject.model)
     verdicts = []
-    for batch, length in _probe_sizes(subject.probe_lengths()):
+    sizes = _probe_sizes(subject.probe_lengths())
+    promised = promised_length(subject)
+    if promised is not None:  # a length the user stated and the position table does not hold: a broken promise
+        sizes.append((1, promised[0]))
+    for batch, length in sizes:
         probe = ctx.forward(batch, length)
-        verdicts.append(_judge(probe.output, batch, _output_length(subject, length), allowed, why, param_dtype))
-    return _grouped(verdicts)
+        out_length = _output_length(subject, length)
+        unreadable = flat_outputs.unreadable(subject, probe.output, batch, out_length)
+        if unreadable is not None:
+            return [Finding(ID, Status.SKIP, f"inconclusive: {unreadable}",
+                            evidence={"batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)})]
+        verdicts.append(_judge(probe.output, batch, out_length, allowed, why, param_dtype))
+    return _with_head_choice(subject, _grouped(verdicts))
+
+
+def _with_head_choice(subject, findings: list[Finding]) -> list[Finding]:
+    """A width failure of a model with several heads outside forward says which to declare."""
+    heads = outside_forward(subject)
+    if subject.facts.head is not None or len(heads) < 2 or subject.facts.d_model is None:
+        return findings
+    choice = head_choice(subject.facts.d_model, subject.facts.output_vocab_size or 0, heads)
+    return [dataclasses.replace(f, message=f"{f.message}. {choice[0].upper()}{choice[1:]}")
+            if f.status is Status.FAIL and f.evidence.get("problem", "shape") == "shape" else f for f in findings]
 
 
 def _grouped(verdicts: list[Finding]) -> list[Finding]:

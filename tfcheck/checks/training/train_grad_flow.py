@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.model.head import outside_forward
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.numerics import all_finite
@@ -73,6 +74,13 @@ def train_grad_flow(ctx) -> list[Finding]:
         unread = _unread(ctx, args, kwargs, dict(trainable), ran)
         ran = [n for n in ran if n not in unread]
     idle = [n for n in none if n not in ran]
+    # Heads forward never calls (its output is d_model wide): the loss applies them, so they are not unused.
+    heads = outside_forward(subject)
+    spare = [n for n in idle if any(n.startswith(h + ".") for h in heads)]
+    idle = [n for n in idle if n not in spare]
+    spare_heads = _whole_modules(subject.model, set(spare))
+    if spare:
+        evidence["heads_outside_forward"] = spare_heads
     if ran:
         culprits = _whole_modules(subject.model, set(ran))
         findings.append(Finding(
@@ -114,6 +122,9 @@ def train_grad_flow(ctx) -> list[Finding]:
     notes = []
     if frozen:
         notes.append(f"{len(frozen)} frozen on purpose (requires_grad=False)")
+    if spare:
+        notes.append(f"{len(spare)} in {_listed(spare_heads)}, which map d_model to the "
+                     "vocabulary and which forward never calls: heads the loss applies outside forward")
     if zero:
         notes.append(f"{len(zero)} with an exactly zero gradient, e.g. {zero[0]} (a key bias, which softmax "
                      "cancels, or a gate initialised at 0)")
