@@ -10,6 +10,7 @@ import math
 import torch
 import torch.nn as nn
 
+from frontdoor_out_head import EncoderDecoder
 from frontdoor_out_parts import Block, LeakyBlock
 
 
@@ -140,3 +141,20 @@ class RealTokensTagger(PaddedTagger):
         for layer in self.layers:
             x = layer(x, keep=keep)
         return self.out(self.norm(x))[keep]
+
+
+class FlatEncoderDecoder(EncoderDecoder):
+    """The Annotated-style seq2seq model with its generator applied in forward and the log-probabilities
+    flattened for the loss: (batch·target length, vocab) rows."""
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        out = self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+        return out.view(-1, out.size(-1))
+
+
+class LastDroppedEncoderDecoder(EncoderDecoder):
+    """Drops the last target position before flattening: rows that are not batch × target length."""
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        out = self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))[:, :-1]
+        return out.reshape(-1, out.size(-1))

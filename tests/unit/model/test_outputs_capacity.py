@@ -149,6 +149,15 @@ def test_rows_that_are_not_batch_times_length_are_inconclusive_with_the_reason()
     assert "not batch × length" in assumption(report, "output layout").value
 
 
+def test_cross_dependence_reads_flattened_seq2seq_rows_per_sample():
+    # Read as batch-first rows, (5·t, vocab) would compare rows 2, 3 and 4 of one sample's first positions.
+    aligned = only(flat.FlatEncoderDecoder, "cross.dependence")
+    assert aligned.status is Status.PASS and len(aligned.findings) == 2
+    dropped = only(flat.LastDroppedEncoderDecoder, "cross.dependence")
+    assert [f.status for f in dropped.findings] == [Status.SKIP]
+    assert "flattened to 20 rows, which is not batch × length = 5 × 5" in dropped.findings[0].message
+
+
 def test_real_token_rows_are_inconclusive_where_a_batch_is_padded():
     padding = only(flat.RealTokensTagger, "mask.padding")
     assert padding.status is Status.SKIP and "not one entry per position" in padding.findings[0].message

@@ -29,6 +29,7 @@ from tfcheck.checks.flow.cross_sites import (
     max_change,
 )
 from tfcheck.engine.registry import check
+from tfcheck.model import flat_outputs
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import tolerance
 from tfcheck.probe.hooks import Hook, hooked
@@ -47,6 +48,8 @@ def cross_dependence(ctx) -> list[Finding]:
     if source_length == target_length:
         target_length = max(1, source_length - 2)
     attribution, sites = _through_each_layer(ctx, source_length, target_length)
+    if attribution.evidence.get("unreadable"):
+        return [attribution]  # neither half can read the decoder output per sample and position
     findings = [attribution, source_padding(ctx, source_length, target_length, sites)]
     return sorted(findings, key=lambda f: -f.status.severity)  # the worst first: it is the headline
 
@@ -140,6 +143,10 @@ def _through_each_layer(ctx, source_length: int, target_length: int) -> tuple[Fi
         probe = ctx.run(args, kwargs, f"a hooked forward at batch 5, source length {source_length}, target length "
                         f"{target_length}: two sources with one target (twice), and another target")
     out = probe.output
+    unreadable = flat_outputs.unreadable(subject, out, 5, target_length)
+    if unreadable is not None:
+        return Finding(ID, Status.SKIP, f"inconclusive: {unreadable}",
+                       evidence={"unreadable": True, "output_shape": tuple(out.shape)}), []
     tol = tolerance(out)
     overall, control = max_change(out[2], out[3]), max_change(out[2], out[4])
     layers = hooks.innermost()

@@ -33,14 +33,18 @@ def shape_contract(ctx) -> list[Finding]:
     promised = promised_length(subject)
     if promised is not None:  # a length the user stated and the position table does not hold: a broken promise
         sizes.append((1, promised[0]))
+    unreadable: list[Finding] = []
     for batch, length in sizes:
         probe = ctx.forward(batch, length)
         out_length = _output_length(subject, length)
-        unreadable = flat_outputs.unreadable(subject, probe.output, batch, out_length)
-        if unreadable is not None:
-            return [Finding(ID, Status.SKIP, f"inconclusive: {unreadable}",
-                            evidence={"batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)})]
+        reason = flat_outputs.unreadable(subject, probe.output, batch, out_length)
+        if reason is not None:
+            unreadable.append(Finding(ID, Status.SKIP, f"inconclusive: {reason}", evidence={
+                "batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)}))
+            continue
         verdicts.append(_judge(probe.output, batch, out_length, allowed, why, param_dtype))
+    if unreadable:  # said at the standard probe where it shows there (length 1 may leave no row at all)
+        return [next((f for f in unreadable if f.evidence["batch"] == PROBE_BATCH), unreadable[0])]
     return _with_head_choice(subject, _grouped(verdicts))
 
 
