@@ -277,3 +277,23 @@ def test_the_import_limit_leaves_no_handler_behind():
 def test_kwargs_for_a_config_is_valid_json_as_the_hint_prints_it():
     assert decl.parse_value("kwargs", json.dumps({"cfg": {"qkv_bias": False}}), "t").value == \
         {"cfg": {"qkv_bias": False}}
+
+
+class NeedsAPath(nn.Module):
+    def __init__(self, vocab_path, d_model=256):
+        super().__init__()
+        self.vocab_path = vocab_path
+        self.embed = nn.Embedding(11, d_model)
+
+    def forward(self, x):
+        return self.embed(x)
+
+
+def test_an_argument_tfcheck_cannot_guess_is_named_with_the_declaration_and_a_factory_and_the_hint_works():
+    with pytest.raises(SpecError) as info:
+        load_subject(NeedsAPath)
+    message = str(info.value)
+    assert "needs argument(s) vocab_path" in message and "--set 'kwargs={\"vocab_path\": ...}'" in message
+    assert "def make_model():\n        return NeedsAPath(vocab_path=...)" in message
+    subject = load_subject(NeedsAPath, declared(kwargs={"vocab_path": "vocab.txt"}))
+    assert subject.model.vocab_path == "vocab.txt" and subject.model.embed.embedding_dim == 32
