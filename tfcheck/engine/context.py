@@ -21,6 +21,7 @@ Outputs handed out may be shared between checks: never modify them in place.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from tfcheck.explainers.explanation import Explanation, explain
-from tfcheck.model import trial
+from tfcheck.model import caller_masks, trial
 from tfcheck.model.flat_outputs import output_size
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.observed import Observed, Observer
@@ -103,15 +104,15 @@ class CheckContext:
         batch, length = PROBE_BATCH, subject.probe_length()
         what = f"a forward at batch {batch}, length {length}"
 
-        def forward(observe: bool) -> tuple[tuple, dict, Any, Observed | None]:
+        lengths = (length, max(1, length + TARGET_LENGTH_DELTA)) if subject.takes_target else (length,)
+        unassisted: list[tuple[tuple, dict, Any, Observed] | None] = []  # the trial with look-ahead masks at None
+
+        def recorded(args: tuple, kwargs: dict) -> tuple[tuple, dict, Any, Observed]:
             # Recorded: the structure only a forward shows (masks the model builds, its position tables,
-            # the modules that ran).
-            args, kwargs = subject.make_inputs(batch, length)
+            # the modules that ran, the op a caller's look-ahead mask reaches).
             inputs_batch, inputs_length = batch_length(args, kwargs)
-            if not observe:
-                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None
-            lengths = (length, max(1, length + TARGET_LENGTH_DELTA)) if subject.takes_target else (length,)
-            observer = Observer(subject.model, trial.probe_roles(subject, args, kwargs), lengths)
+            observer = Observer(subject.model, trial.probe_roles(subject, args, kwargs), lengths,
+                                caller_masks.probe_masks(subject, args, kwargs))
             recorder = Recorder(subject.model, aten=False, on_op=observer.on_op)
             try:
                 with recorder:
@@ -119,6 +120,24 @@ class CheckContext:
             finally:
                 observed = observer.finish(recorder.recording)
             return args, kwargs, raw, observed
+
+        def forward(observe: bool) -> tuple[tuple, dict, Any, Observed | None]:
+            args, kwargs = subject.make_inputs(batch, length)
+            if not observe:
+                inputs_batch, inputs_length = batch_length(args, kwargs)
+                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None
+            if not unassisted and caller_masks.optional_unread(subject):
+                # Once, with the caller's optional look-ahead masks at None: does the model build its own?
+                try:
+                    unassisted.append(recorded(*caller_masks.without_caller_masks(subject, args, kwargs)))
+                except ModelRaised:
+                    unassisted.append(None)
+            bare = unassisted[0] if unassisted else None
+            if bare is not None and bare[3].causal_masks:
+                return (*bare[:3], dataclasses.replace(bare[3], unassisted=bare[3]))  # no mask of ours needed
+            found = recorded(args, kwargs)
+            found[3].unassisted = bare[3] if bare is not None else None
+            return found
 
         found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
                              describe=_exception_text, observed_of=lambda r: r[3])

@@ -93,8 +93,25 @@ class Runner:
 def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelReport:
     only = list(only) if only is not None else None
     runner = Runner(subject, smoke_reported=only is None or SMOKE in only)
-    results = [runner.result(chk) for chk in applicable_checks(subject, only)]
+    done = {chk.id: runner.result(chk) for chk in applicable_checks(subject, only)}
+    # A fact only the trial forward shows (a padding mask built inside from the pad id) may make a check apply
+    # that did not before it: run it too, and drop the reason it was left out for.
+    late = [c for c in applicable_checks_after_trial(subject, only) if c.id not in done]
+    for chk in late:
+        subject.assumptions[:] = [a for a in subject.assumptions
+                                  if not (a.key == NotApplicable.PREFIX and a.value == chk.id)]
+        done[chk.id] = runner.result(chk)
+    results = [done[c.id] for c in all_checks() if c.id in done]
     return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
+
+
+def applicable_checks_after_trial(subject: Subject, only: Iterable[str] | None) -> list[Check]:
+    """The checks that apply once the trial forward ran (none when it did not: forward.smoke reports why)."""
+    trial = subject.trial
+    if trial is None or not trial.ran:
+        return []
+    wanted = set(only) if only is not None else None
+    return [c for c in all_checks() if (wanted is None or c.id in wanted) and c.not_applicable(subject) is None]
 
 
 def blocked(chk: Check, smoke: CheckResult, fail: bool = False) -> CheckResult:
@@ -222,6 +239,10 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
             # Facts only a forward shows are settled before the first check reads them (forward.smoke, run
             # first, pays for it); a trial that raised in every layout leaves forward.smoke the model's error.
             ctx.settle()
+            # A fact the trial settled (the padding mask read from the forward's structure) may take it out.
+            why_not = chk.not_applicable(ctx.subject) if chk.id != SMOKE else None
+            if why_not is not None:
+                return [why_not.finding(chk.id)]
             findings = list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]

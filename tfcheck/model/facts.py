@@ -23,7 +23,8 @@ class Facts:
     causal: bool | None = None
     vocab_size: int | None = None
     output_vocab_size: int | None = None
-    pad_id: int | None = None
+    pad_id: int | None = None  # the source side's, on a seq2seq model
+    target_pad_id: int | None = None  # a seq2seq model's target-side pad id, where it differs from pad_id
     max_len: int | None = None
     d_model: int | None = None
     mask: MaskSpec | None = None  # the padding mask's argument, convention and layout

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from tfcheck.errors import SpecError
 from tfcheck.model import declarations as decl
-from tfcheck.model.inputs import mask_spec
+from tfcheck.model.call_plan import plan_calls
 from tfcheck.model.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
@@ -23,7 +23,6 @@ from tfcheck.model.names import (
     HF_CLASS_KINDS,
     HF_FAMILIES,
     MASK_ARGS,
-    TARGET_ARGS,
 )
 from tfcheck.model.outputs import AUTO
 from tfcheck.model.spec import Loaded, import_target, resolve_attr, split_spec
@@ -39,6 +38,7 @@ from tfcheck.model.structure import (
     torch_batch_first,
 )
 from tfcheck.model.subject import Subject
+from tfcheck.model.targets import decoder_input
 from tfcheck.report.report import Assumption
 
 
@@ -95,6 +95,7 @@ class _Resolver:
         self.from_config("d_model", embedding_attr="embedding_dim")
         self.causal()
         self.mask()
+        self.causal_mask()
         self.layout()
         self.call_plan()
         self.returns()
@@ -184,9 +185,8 @@ class _Resolver:
         names = set(self.params)
         if {"query", "key", "value"} <= names:
             return "attention", "forward takes (query, key, value)"
-        if names & set(TARGET_ARGS):
-            return "seq2seq", f"forward takes a target argument ({sorted(names & set(TARGET_ARGS))[0]})"
-        return None
+        found = decoder_input(self.model, self.params)
+        return ("seq2seq", found[1]) if found is not None else None
 
     def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None) -> None:
         if key in self.s.declared:
@@ -280,8 +280,38 @@ class _Resolver:
                                 f"Declare mask={name}:pad or {name}:additive if not")
         self.set("mask", decl.MaskSpec(None, "none"), "no mask argument in forward")
 
+    def causal_mask(self) -> None:
+        """The forward argument that takes the look-ahead mask its caller builds: declared, or named so
+        (names.CAUSAL_MASK_ARGS; a generic mask / attn_mask never). Its convention, and whether the model builds
+        its own instead, are read in the trial forward (tfcheck.model.caller_masks)."""
+        if self.declared("causal_mask"):
+            argument = self.s.facts.causal_mask.argument if self.s.facts.causal_mask is not None else None
+            if argument is not None and self.params and argument not in self.params \
+                    and not takes_any_keyword(self.model):
+                raise SpecError(
+                    f"causal_mask={argument} ({self.s.declared['causal_mask'].source}) names no argument of "
+                    f"{type(self.model).__name__}.forward, which takes {', '.join(self.params)}: declare the "
+                    "argument that takes the look-ahead mask its caller builds, or causal_mask=none")
+            return
+        if self.s.facts.kind == "attention" or self.s.facts.inputs is not None:
+            return
+        for name in self.params:
+            if name in CAUSAL_MASK_ARGS:
+                return self.set("causal_mask", decl.MaskSpec(name, ""), f"forward argument named {name}: its "
+                                "caller builds the look-ahead mask", show=False)
+
     def layout(self) -> None:
-        """Whether the model takes (length, batch, d): torch's own Transformer modules say it in batch_first."""
+        """Whether the model takes (length, batch, ...): declared, or said by torch's own Transformer modules'
+        batch_first. (The trial forward may read it from the model's length-derived objects:
+        tfcheck.model.sequence_layout.)"""
+        declared = self.s.declared.get("layout")
+        if declared is not None:
+            self.s.facts.batch_first = declared.value == "batch_first"
+            self.s.assumptions.append(Assumption(
+                "layout", "(batch, length, ...)" if self.s.facts.batch_first else "(length, batch, ...)",
+                f"{declared.source}; tfcheck transposes the token ids, features and the output it reads, and "
+                "reports shapes as (batch, length, ...)" if not self.s.facts.batch_first else declared.source))
+            return
         found = torch_batch_first(self.model)
         if found is None:
             return
@@ -319,44 +349,7 @@ class _Resolver:
             self.s.assumptions.append(Assumption(
                 "inputs", "float features (batch, length, d_model)",
                 "the model has no nn.Embedding (declare inputs=module:factory if not)"))
-        plan: list[tuple[str | None, str]] = []
-        mask = mask_spec(self.s)
-        params = list(self.params.items())
-        for i, (name, param) in enumerate(params):
-            required = param.default is inspect.Parameter.empty
-            positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and all(
-                p.default is inspect.Parameter.empty for _, p in params[:i])
-            slot = None if positional else name
-            if i == 0:
-                plan.append((slot, "features" if features else "tokens"))
-            elif name in TARGET_ARGS or (self.s.facts.kind == "seq2seq" and i == 1 and required):
-                plan.append((slot, "target_features" if features else "target_tokens"))
-            elif required and name == mask.argument:
-                plan.append((slot, "mask"))
-            elif required and name in CAUSAL_MASK_ARGS:
-                plan.append((slot, "causal_mask"))
-                self.s.assumptions.append(Assumption(
-                    name, "the causal keep mask (True on and below the diagonal)", f"forward requires {name} (the "
-                    "tutorial style: the caller builds the look-ahead mask); given in the padding mask's convention "
-                    "and layout"))
-            elif name == "tgt_mask" and "tgt_is_causal" in self.params and not required:
-                plan.append((name, "torch_causal_mask"))
-                self.s.assumptions.append(Assumption(
-                    name, "nn.Transformer.generate_square_subsequent_mask(t)", "forward takes (tgt_mask=None, "
-                    "tgt_is_causal=None) as torch.nn.Transformer does, whose decoder is causal only when the caller "
-                    "passes the mask, as torch documents"))
-            elif name == "targets" and not features and self.s.facts.kind in ("decoder", None):
-                # nanoGPT's forward(idx, targets=None) returns only the last position's logits without
-                # targets (its generation shortcut): give the inputs as targets to get every position.
-                plan.append((name, "lm_targets"))
-                self.s.assumptions.append(Assumption(
-                    "targets", "the input tokens", "forward takes targets=None (nanoGPT convention: without "
-                    "targets only the last position's logits come back)"))
-            elif required:
-                raise SpecError(
-                    f"{self.s.spec}.forward requires argument {name!r}, which tfcheck cannot build. Declare "
-                    f"inputs=module:factory (fn(batch, length) -> (args, kwargs)), or mask={name}:keep if it is "
-                    "the padding mask.")
+        plan = plan_calls(self.s, self.params, features)
         if not plan and takes_varargs(self.model):
             # forward(*args): the inputs go in positionally, as a wrapper would pass them on.
             plan.append((None, "features" if features else "tokens"))

@@ -48,12 +48,12 @@ def random_primary(subject: Subject, batch: int, length: int, gen: torch.Generat
 
 
 def random_tokens(subject: Subject, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """Real token ids: never a pad id of either side (a seq2seq model may pad its target with another id)."""
     vocab = known_size(subject, "vocab_size")
-    pad = subject.facts.pad_id
-    # Draw real tokens only: ids from a vocabulary with the pad id taken out.
-    high = vocab - 1 if pad is not None and 0 <= pad < vocab else vocab
-    ids = torch.randint(0, max(high, 1), (batch, length), generator=gen)
-    if pad is not None and 0 <= pad < vocab:
+    pads = sorted({p for p in (subject.facts.pad_id, subject.facts.target_pad_id) if p is not None and 0 <= p < vocab})
+    # Draw from the vocabulary with the pad ids taken out, then step over them in increasing order.
+    ids = torch.randint(0, max(vocab - len(pads), 1), (batch, length), generator=gen)
+    for pad in pads:
         ids = ids + (ids >= pad).long()
     return ids.to(subject.device)
 
@@ -88,10 +88,9 @@ def plan_value(subject: Subject, role: str, primary: torch.Tensor, target: torch
     """The tensor a call-plan role gets."""
     if role in ("tokens", "lm_targets", "features"):
         return primary
-    if role in ("causal_mask", "torch_causal_mask"):
+    if role == "causal_mask":
         decoder_input = target if target is not None else primary
-        return causal_mask_value(subject, decoder_input.shape[0], decoder_input.shape[1], decoder_input.device,
-                                 torch_convention=role == "torch_causal_mask")
+        return causal_mask_value(subject, decoder_input.shape[0], decoder_input.shape[1], decoder_input.device)
     if role.startswith("target"):
         if target is None:
             raise UsageError(f"{subject.spec} takes a target input; give inputs_for() a target tensor")
@@ -108,15 +107,31 @@ def known_size(subject: Subject, fact: str) -> int:
     return value
 
 
+#: The call-plan roles that are sequences, transposed for a (length, batch, ...) model. Masks are not: torch's
+#: key_padding_mask is (batch, length) in both layouts, and a look-ahead mask is (length, length).
+SEQUENCE_ROLES = frozenset({"tokens", "features", "target_tokens", "target_features", "lm_targets"})
+
+
 def to_model_layout(subject: Subject, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Forward arguments as the model takes them: for a (length, batch, d) model every 3-D float argument
-    (a sequence of features; masks are 2-D) transposed. The identity for every other model."""
+    """Forward arguments as the model takes them: for a (length, batch, ...) model the sequences of the call plan
+    (token ids, features, the decoder input) transposed; without a plan (a declared factory, an attention module)
+    every 3-D float argument. The identity for every other model."""
     if subject.facts.batch_first is not False:
         return args, kwargs
 
     def laid_out(v: Any) -> Any:
-        return v.transpose(0, 1) if isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point() else v
-    return tuple(laid_out(v) for v in args), {k: laid_out(v) for k, v in kwargs.items()}
+        return v.transpose(0, 1) if isinstance(v, torch.Tensor) and v.dim() >= 2 else v
+
+    plan = subject.facts.call_plan or []
+    if not plan:
+        def features(v: Any) -> Any:
+            return laid_out(v) if isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point() else v
+        return tuple(features(v) for v in args), {k: features(v) for k, v in kwargs.items()}
+    positional = [role for name, role in plan if name is None]
+    named = {name: role for name, role in plan if name is not None}
+    return (tuple(laid_out(v) if i < len(positional) and positional[i] in SEQUENCE_ROLES else v
+                  for i, v in enumerate(args)),
+            {k: laid_out(v) if named.get(k) in SEQUENCE_ROLES else v for k, v in kwargs.items()})
 
 
 def batch_length(args: tuple, kwargs: dict) -> tuple[int, int]:
@@ -150,19 +165,38 @@ def mask_value(subject: Subject, keep: torch.Tensor) -> torch.Tensor:
     return value
 
 
+#: The look-ahead mask's layout that goes with each padding-mask layout (the tutorial style lays both out for
+#: the scores alike), unless declared.
+CAUSAL_LAYOUT_OF = {"bs": "ss", "b1s": "bss", "b11s": "b1ss"}
+
+
+def causal_mask_spec(subject: Subject) -> MaskSpec:
+    """The look-ahead mask the caller builds: its argument, convention and layout (none when nothing settled one)."""
+    return subject.facts.causal_mask or MaskSpec(None, "none")
+
+
 def causal_mask_value(subject: Subject, batch: int, length: int, device: torch.device,
                       torch_convention: bool = False) -> torch.Tensor:
-    """The decoder's causal mask as a caller builds it: torch's float (length, length) mask with -inf
-    above the diagonal, or the tutorial's keep mask (True on and below the diagonal) in the padding mask's
-    convention and layout ((length, length), (batch, length, length) or (batch, 1, length, length))."""
-    if torch_convention:
-        return nn.Transformer.generate_square_subsequent_mask(length, device=device)
+    """The decoder's look-ahead mask as its caller builds it, in the convention settled for it (one rule, read from
+    the op that consumes it: tfcheck.model.caller_masks): keep (bool, True on and below the diagonal), pad (bool,
+    True above it) or additive (torch's float mask, -inf above the diagonal, as
+    nn.Transformer.generate_square_subsequent_mask); keep while nothing settled it. Laid out (length, length),
+    (batch, length, length) or (batch, 1, length, length): declared, or following the padding mask's layout.
+    ``torch_convention`` asks for torch's float mask whatever was settled."""
+    spec = causal_mask_spec(subject)
+    convention = "additive" if torch_convention else spec.convention or "keep"
     allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-    value = in_convention(allowed, mask_spec(subject))
-    layout = mask_layout(subject)
-    if layout == "b1s":
+    value: torch.Tensor
+    if convention == "additive":
+        value = nn.Transformer.generate_square_subsequent_mask(length, device=device)
+    elif convention == "pad":
+        value = ~allowed
+    else:
+        value = allowed
+    layout = spec.layout or CAUSAL_LAYOUT_OF.get(mask_layout(subject), "ss")
+    if layout == "bss":
         return value.expand(batch, length, length)
-    if layout == "b11s":
+    if layout == "b1ss":
         return value.expand(batch, 1, length, length)
     return value
 
@@ -181,9 +215,11 @@ def in_convention(keep: torch.Tensor, mask: MaskSpec) -> torch.Tensor:
 
 def with_torch_causal_mask(subject: Subject, kwargs: dict, length: int) -> dict:
     """``kwargs`` with tgt_mask = nn.Transformer.generate_square_subsequent_mask(length) when the forward takes
-    torch.nn.Transformer's optional (tgt_mask, tgt_is_causal): it leaves the causal mask to the caller, as its
-    documentation shows (float, -inf above the diagonal)."""
-    if not takes_torch_tgt_mask(subject.model):
+    torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) and the trial has not settled the look-ahead mask:
+    once it has (tfcheck.model.caller_masks: the call plan gives it, or the model builds its own), ``kwargs`` as
+    they are."""
+    settled = subject.facts.causal_mask is not None and subject.facts.causal_mask.convention != ""
+    if settled or not takes_torch_tgt_mask(subject.model):
         return kwargs
     return {**kwargs, "tgt_mask": nn.Transformer.generate_square_subsequent_mask(length, device=subject.device)}
 

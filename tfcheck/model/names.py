@@ -92,11 +92,27 @@ HF_CLASS_KINDS: tuple[tuple[str, str], ...] = (
     ("ForCausalLM", "decoder"), ("LMHeadModel", "decoder"), ("ForMaskedLM", "encoder"), ("EncoderModel", "encoder"))
 
 # ----- forward arguments ------------------------------------------------------------------------------
-#: Forward arguments that take the target sequence of a seq2seq model (the decoder input).
+#: Forward arguments that take the target sequence of a seq2seq model (the decoder input), by exact name: the
+#: decoder input on any model (torch.nn.Transformer's forward(src, tgt) takes features and has no embedding).
 TARGET_ARGS = ("tgt", "trg", "decoder_input_ids", "tgt_tokens", "target_ids", "dec_input")
+#: Loss targets: forward(idx, targets=None) takes the labels of its own loss (nanoGPT), never a decoder input.
+LOSS_TARGET_ARGS = ("y", "targets", "labels", "label", "lm_labels")
+#: The one table of forward-argument name patterns (regular expression matched whole, the role it says), read
+#: first match first by tfcheck.model.targets: the target side's masks, flags, lengths and positions come before
+#: the decoder input, so tgt_mask, tgt_key_padding_mask and tgt_is_causal are never the decoder input. A
+#: "decoder input" name is read so only on a model that is encoder-decoder by structure (two token embeddings).
+FORWARD_ARG_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"[a-z_]*(mask|is_causal|_lens?|_lengths?|_pos|_positions?)", "not a sequence"),
+    (r"(tgt|trg)(_?[a-z]+)*", "decoder input"),
+    (r"dec(oder)?_?in(p|put|puts)?(_?[a-z]+)*", "decoder input"),
+)
 #: Forward arguments that take a padding mask (convention unknown unless the name says it).
 MASK_ARGS = ("mask", "attention_mask", "src_mask", "key_padding_mask", "src_key_padding_mask", "pad_mask",
              "padding_mask")
-#: Required forward arguments that take the decoder's causal (look-ahead) mask, built by the caller in the
-#: tutorial style: forward(src, tgt, src_mask, tgt_mask).
+#: Names that say the padding mask itself in torch's (length, batch) modules, where ``mask`` / ``src_mask`` is
+#: the (length, length) attention mask and the padding goes in a key_padding_mask.
+KEY_PADDING_ARGS = ("attention_mask", "key_padding_mask", "src_key_padding_mask", "pad_mask", "padding_mask")
+#: Forward arguments whose name says the caller builds the decoder's look-ahead mask (the tutorial style:
+#: forward(src, tgt, src_mask, tgt_mask)): given it, optional or required, unless the model builds its own.
+#: A generic name (mask, attn_mask) never is: a decoder that forgot its own mask must still fail.
 CAUSAL_MASK_ARGS = ("tgt_mask", "trg_mask", "causal_mask", "look_ahead_mask", "subsequent_mask")

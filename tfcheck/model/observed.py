@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from tfcheck.model.mask_uses import MaskFollower, MaskUse
 from tfcheck.probe.frames import short_path
 from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
 
@@ -30,6 +31,7 @@ TRIANGLES = frozenset({"tril", "triu", "tril_", "triu_"})
 MASK_APPLIERS = {"masked_fill": 1, "masked_fill_": 1, "where": 0}
 SCORE_ADDS = frozenset({"add", "__add__", "__radd__", "add_", "__iadd__", "sub", "__sub__"})
 ATTENTIONS = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward"})
+SOFTMAXES = frozenset({"softmax", "_softmax"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,13 @@ class Observed:
     length_objects: list[Sighting] = field(default_factory=list)
     #: the shapes of what forward returned (tfcheck.probe.recorder.describe: TensorMeta, lists, dicts)
     returned: Any = None
+    #: the key lengths attention ran over: a softmax's last axis, the keys of torch's attention functions
+    attention_lengths: set[int] = field(default_factory=set)
+    #: the first op each look-ahead mask the caller gives reached (tfcheck.model.mask_uses)
+    caller_mask_uses: list[MaskUse] = field(default_factory=list)
+    #: the same trial forward with the caller's optional look-ahead mask arguments left at None (what the model
+    #: builds without them); None when the forward takes no such argument
+    unassisted: Observed | None = None
 
     def lengths_seen(self) -> set[int]:
         return {s.length for s in self.length_objects if s.length is not None}
@@ -74,8 +83,10 @@ class Observer:
     ``lengths`` are the probe's sequence lengths (source and target), which tell a score tensor from
     another (its last axis is a key length) and a length-sized object from a batch-sized one."""
 
-    def __init__(self, model: nn.Module, inputs: dict[int, str], lengths: tuple[int, ...]):
+    def __init__(self, model: nn.Module, inputs: dict[int, str], lengths: tuple[int, ...],
+                 masks: dict[int, tuple[str, torch.Tensor]] | None = None):
         self.observed = Observed()
+        self.masks = MaskFollower(masks or {}, frozenset(lengths))
         self.lengths = frozenset(lengths)
         self.tokens: dict[int, str] = dict(inputs)  # token ids and integer tensors derived from them -> role
         self.positions: dict[int, int] = {}  # integer tensors derived from arange / a buffer -> the length
@@ -88,7 +99,8 @@ class Observer:
     def finish(self, recording: Recording) -> Observed:
         self.observed.called = frozenset(c.path for c in recording.calls if not c.raised)
         self.observed.returned = next((c.outputs for c in recording.calls if c.path == "" and not c.raised), None)
-        self.alive = []
+        self.observed.caller_mask_uses = list(self.masks.uses)
+        self.alive, self.masks.alive = [], []
         return self.observed
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
@@ -108,6 +120,8 @@ class Observer:
         self.follow_tokens(name, args, inputs, outs, where)
         self.follow_positions(name, args, kwargs, inputs, outs, where)
         self.follow_comparisons(name, args, kwargs, inputs, outs, where)
+        self.masks.on_op(name, args, kwargs, inputs, outs, where)
+        self.attention_length(name, args, inputs)
         if name in TRIANGLES and inputs and self.square_side(inputs[0]) is not None:
             side = self.square_side(inputs[0])
             self.sight(self.observed.causal_masks, f"{name} on a ({side}, {side}) square", where, side, side)
@@ -116,6 +130,15 @@ class Observer:
             self.sight(self.observed.causal_masks, f"{name}(is_causal=True)", where)
         if name == "__getitem__" and len(args) >= 2 and id(args[0]) in self.owned:
             self.sliced(args[0], args[1], where)
+
+    def attention_length(self, name: str, args: tuple, inputs: list) -> None:
+        """The key axis attention runs over: which axis of the input the model reads as the length."""
+        if name == "scaled_dot_product_attention" and len(inputs) >= 2 and inputs[1].dim() >= 2:
+            self.observed.attention_lengths.add(int(inputs[1].shape[-2]))
+        elif name == "multi_head_attention_forward" and len(inputs) >= 2 and inputs[1].dim() >= 2:
+            self.observed.attention_lengths.add(int(inputs[1].shape[0]))  # torch's (length, batch, d) here
+        elif name in SOFTMAXES and inputs and inputs[0].is_floating_point() and inputs[0].dim() >= 3:
+            self.observed.attention_lengths.add(int(inputs[0].shape[-1]))
 
     def follow_tokens(self, name: str, args: tuple, inputs: list, outs: list, where: str) -> None:
         roles = [self.tokens[id(t)] for t in inputs if id(t) in self.tokens]
@@ -174,7 +197,7 @@ class Observer:
         # The mask itself reshaped, combined or converted (unsqueeze, &, float() * -1e9, zeros.masked_fill):
         # still the comparison's mask. An op that mixes it into the hidden states does not carry it on.
         mask_only = all(id(t) in self.compared for t in inputs) or name in MASK_APPLIERS or \
-            any(o.dtype == torch.bool for o in outs)
+            any(not o.is_floating_point() for o in outs)  # bool, or uint8 where it met a ByteTensor
         if mask_only:
             for o in outs:
                 self.keep(o)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tfcheck.model import capacity, flat_outputs, head
+from tfcheck.model import caller_masks, capacity, flat_outputs, head, internal_padding, sequence_layout
 from tfcheck.model.declarations import MASK_LAYOUTS
 from tfcheck.model.inputs import mask_spec
 from tfcheck.model.observed import Observed
@@ -48,6 +48,9 @@ class Trial:
 
 #: Rules that read the trial forward's structure and settle facts from it, each (subject, observed) -> None.
 ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = (
+    sequence_layout.adopt,
+    caller_masks.adopt,
+    internal_padding.adopt,
     capacity.adopt_capacity,
     flat_outputs.adopt_flat_output,
     head.adopt_head,

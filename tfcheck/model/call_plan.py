@@ -1,0 +1,93 @@
+"""The call plan: which forward parameter gets which probe tensor (``facts.call_plan``), settled without a forward
+from the facts, the names and the structure; and, when a required parameter has no tensor tfcheck can build, the
+message that names what was found and the one declaration that fixes it.
+
+Roles: ``tokens`` / ``features`` (the primary input), ``target_tokens`` / ``target_features`` (a seq2seq model's
+decoder input), ``mask`` (a required padding mask), ``causal_mask`` (the look-ahead mask the caller builds, see
+tfcheck.model.caller_masks), ``lm_targets`` (nanoGPT's targets=None, given the inputs).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+from tfcheck.errors import SpecError
+from tfcheck.model.inputs import mask_spec
+from tfcheck.model.names import LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.targets import decoder_input, pattern_role
+from tfcheck.report.report import Assumption
+
+if TYPE_CHECKING:
+    from tfcheck.model.facts import PlanSlot
+    from tfcheck.model.subject import Subject
+
+
+def plan_calls(subject: Subject, params: dict[str, inspect.Parameter], features: bool) -> list[PlanSlot]:
+    """The call plan of a forward taking ``params`` (see the module docstring)."""
+    facts = subject.facts
+    plan: list[PlanSlot] = []
+    mask = mask_spec(subject)
+    causal = facts.causal_mask.argument if facts.causal_mask is not None else None
+    target = target_parameter(subject, params)
+    items = list(params.items())
+    for i, (name, param) in enumerate(items):
+        required = param.default is inspect.Parameter.empty
+        positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and all(
+            p.default is inspect.Parameter.empty for _, p in items[:i])
+        slot = None if positional else name
+        if i == 0:
+            plan.append((slot, "features" if features else "tokens"))
+        elif name == target or (name in TARGET_ARGS and name not in LOSS_TARGET_ARGS):
+            plan.append((slot, "target_features" if features else "target_tokens"))
+        elif name == causal:
+            plan.append((slot, "causal_mask"))
+        elif required and name == mask.argument:
+            plan.append((slot, "mask"))
+        elif name == "targets" and not features and facts.kind in ("decoder", None):
+            # nanoGPT's forward(idx, targets=None) returns only the last position's logits without
+            # targets (its generation shortcut): give the inputs as targets to get every position.
+            plan.append((name, "lm_targets"))
+            subject.assumptions.append(Assumption(
+                "targets", "the input tokens", "forward takes targets=None (nanoGPT convention: without "
+                "targets only the last position's logits come back)"))
+        elif required:
+            raise SpecError(cannot_build(subject, name, items))
+    return plan
+
+
+def target_parameter(subject: Subject, params: dict[str, inspect.Parameter]) -> str | None:
+    """The decoder input: by name and structure (tfcheck.model.targets); on a model whose kind is seq2seq, the
+    second parameter when required, or a required parameter of a decoder-input name."""
+    found = decoder_input(subject.model, params)
+    if found is not None:
+        return found[0]
+    if subject.facts.kind != "seq2seq":
+        return None
+    items = list(params.items())
+    required = [n for n, p in items[1:] if p.default is inspect.Parameter.empty and n not in LOSS_TARGET_ARGS]
+    named = [n for n in required if pattern_role(n) == "decoder input"]
+    if named:
+        return named[0]
+    if len(items) > 1 and items[1][1].default is inspect.Parameter.empty and items[1][0] not in LOSS_TARGET_ARGS:
+        return items[1][0]
+    return None
+
+
+def cannot_build(subject: Subject, name: str, items: list[tuple[str, inspect.Parameter]]) -> str:
+    """What tfcheck found about a required parameter it cannot build, and the one declaration that fixes it."""
+    where = f"{subject.spec}.forward requires argument {name!r}"
+    role = pattern_role(name)
+    if role == "decoder input":
+        return (f"{where}, named as a seq2seq decoder input (tgt* / trg* / dec*_in*), but nothing says the model "
+                "is an encoder-decoder (it has fewer than two token embeddings): declare kind=seq2seq to give it "
+                "the target tokens")
+    if "mask" in name:
+        return (f"{where}, named as a mask, which tfcheck cannot build without its role: declare "
+                f"causal_mask={name} if it takes the look-ahead mask the caller builds, or mask={name}:keep if it "
+                "is the padding mask (True = real token)")
+    inputs = ", ".join(n for n, p in items if p.default is inspect.Parameter.empty)
+    return (f"{where}, which tfcheck cannot build. Declare inputs=module:factory (fn(batch, length) -> (args, "
+            f"kwargs)) that builds every required argument ({inputs}), e.g.\n"
+            "    def factory(batch, length):\n"
+            "        tokens = torch.randint(0, VOCAB, (batch, length))\n"
+            f"        return (tokens, ...), {{}}  # {name} and the others, in forward's order")

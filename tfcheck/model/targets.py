@@ -1,0 +1,49 @@
+"""Which forward parameter takes a seq2seq model's decoder input, read from names and structure only.
+
+An exact name (``tgt``, ``trg``, ``decoder_input_ids``) is the decoder input on any model. A name of the
+decoder-input patterns (``trg_seq``, ``tgt_tokens``, ``dec_inp``: names.FORWARD_ARG_PATTERNS) is one only on a
+model that is encoder-decoder by structure: two token embeddings. A loss target (``targets``, ``labels``, ``y``)
+never is, nor is the target side's mask, flag, length or positions (``tgt_mask``, ``tgt_is_causal``).
+"""
+from __future__ import annotations
+
+import inspect
+import re
+
+import torch.nn as nn
+
+from tfcheck.model.names import CONFIG_NAMES, FORWARD_ARG_PATTERNS, LOSS_TARGET_ARGS, TARGET_ARGS
+
+
+def pattern_role(name: str) -> str | None:
+    """The role the first matching pattern of names.FORWARD_ARG_PATTERNS gives ``name``, or None."""
+    return next((role for pattern, role in FORWARD_ARG_PATTERNS if re.fullmatch(pattern, name)), None)
+
+
+def token_embeddings(model: nn.Module) -> list[str]:
+    """The nn.Embedding modules that are not position tables (a table as long as a max-length the model or its
+    config states, or one longer), by path."""
+    lengths: set[int] = set()
+    for holder in (model, getattr(model, "config", None)):
+        for name in CONFIG_NAMES["max_len"]:
+            value = getattr(holder, name, None) if holder is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                lengths |= {value, value + 1}
+    return [n for n, m in model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings not in lengths]
+
+
+def decoder_input(model: nn.Module, params: dict[str, inspect.Parameter]) -> tuple[str, str] | None:
+    """(parameter, why) for the parameter after the first that takes the decoder input, or None."""
+    names = list(params)[1:]
+    for name in names:
+        if name in TARGET_ARGS:
+            return name, f"forward takes a target argument ({name})"
+    embeddings: list[str] | None = None
+    for name in names:
+        if name in LOSS_TARGET_ARGS or name in TARGET_ARGS or pattern_role(name) != "decoder input":
+            continue
+        embeddings = token_embeddings(model) if embeddings is None else embeddings
+        if len(embeddings) >= 2:
+            return name, (f"forward takes {name} (a decoder-input name) and the model has two token embeddings "
+                          f"('{embeddings[0]}', '{embeddings[1]}'): an encoder-decoder")
+    return None
