@@ -55,8 +55,9 @@ def test_the_trial_settles_the_layout_and_the_output_and_forward_smoke_pays_for_
     smoke = run_check(subject, get("forward.smoke"))
     assert smoke.status is Status.PASS
     assert subject.facts.mask.layout == "b11s" and subject.facts.output == "tensor"
-    # (b, s) raised, (b, 1, s) raised, (b, 1, 1, s) ran: three forwards, all counted in forward.smoke's cost
-    assert smoke.cost.forward == 3 == forwards_of["TutorialEncoder"]
+    # (b, s) raised, (b, 1, s) raised, (b, 1, 1, s) ran recorded, then once plain for the probe the checks share:
+    # four forwards, all counted in forward.smoke's cost
+    assert smoke.cost.forward == 4 == forwards_of["TutorialEncoder"]
     assert [a.key for a in subject.assumptions].count("mask layout") == 1
     # Once per model: the next check runs no trial, and reuses the trial's standard probe.
     contract = run_check(subject, get("shape.contract"))
