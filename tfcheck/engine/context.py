@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import caller_masks, trial
 from tfcheck.model.flat_outputs import output_size
@@ -37,6 +38,8 @@ from tfcheck.model.outputs import as_checks_read
 from tfcheck.model.subject import PROBE_BATCH, Subject
 from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.module_stack import tracking
 from tfcheck.probe.recorder import Recorder
 from tfcheck.report.report import Cost
@@ -60,6 +63,11 @@ class Probe:
     output: torch.Tensor
     batch: int
     length: int
+
+
+#: One forward of the trial: its arguments, its return, what it showed (recorded ones only) and its recorder
+#: with the observers attached (a recording of the standard probe's inputs only).
+TrialRun = tuple[tuple, dict, Any, "Observed | None", Any]
 
 
 class CheckContext:
@@ -105,27 +113,28 @@ class CheckContext:
         what = f"a forward at batch {batch}, length {length}"
 
         lengths = (length, max(1, length + TARGET_LENGTH_DELTA)) if subject.takes_target else (length,)
-        unassisted: list[tuple[tuple, dict, Any, Observed] | None] = []  # the trial with look-ahead masks at None
+        unassisted: list[TrialRun | None] = []  # the trial with look-ahead masks at None
 
-        def recorded(args: tuple, kwargs: dict) -> tuple[tuple, dict, Any, Observed]:
+        def recorded(args: tuple, kwargs: dict) -> TrialRun:
             # Recorded: the structure only a forward shows (masks the model builds, its position tables,
-            # the modules that ran, the op a caller's look-ahead mask reaches).
+            # the modules that ran, the op a caller's look-ahead mask reaches). Recorded as the checks that read
+            # recorded ops record, so that, when the structure changes no fact, they read this recording.
             inputs_batch, inputs_length = batch_length(args, kwargs)
             observer = Observer(subject.model, trial.probe_roles(subject, args, kwargs), lengths,
                                 caller_masks.probe_masks(subject, args, kwargs))
-            recorder = Recorder(subject.model, aten=False, on_op=observer.on_op)
+            recorder, fan_out = recorded_probe.start(subject.model, {"trial structure": observer.on_op})
             try:
-                with recorder:
+                with visible_attention(), recorder:
                     raw = self.call(args, kwargs, what, tokens=inputs_batch * inputs_length)
             finally:
                 observed = observer.finish(recorder.recording)
-            return args, kwargs, raw, observed
+            return args, kwargs, raw, observed, (recorder, fan_out)
 
-        def forward(observe: bool) -> tuple[tuple, dict, Any, Observed | None]:
+        def forward(observe: bool) -> TrialRun:
             args, kwargs = subject.make_inputs(batch, length)
             if not observe:
                 inputs_batch, inputs_length = batch_length(args, kwargs)
-                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None
+                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None, None
             if not unassisted and caller_masks.optional_unread(subject):
                 # Once, with the caller's optional look-ahead masks at None: does the model build its own?
                 try:
@@ -133,24 +142,37 @@ class CheckContext:
                 except ModelRaised:
                     unassisted.append(None)
             bare = unassisted[0] if unassisted else None
-            if bare is not None and bare[3].causal_masks:
-                return (*bare[:3], dataclasses.replace(bare[3], unassisted=bare[3]))  # no mask of ours needed
+            if bare is not None and bare[3] is not None and bare[3].causal_masks:
+                # No mask of ours needed; its recording is not of the inputs the checks make (they give the mask).
+                return (*bare[:3], dataclasses.replace(bare[3], unassisted=bare[3]), None)
             found = recorded(args, kwargs)
-            found[3].unassisted = bare[3] if bare is not None else None
+            if found[3] is not None:
+                found[3].unassisted = bare[3] if bare is not None else None
             return found
 
         found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
                              describe=_exception_text, observed_of=lambda r: r[3])
         if found.ran:
             found.result = subject.probe_cache[(batch, length, 0)] = self.probe_of(*found.result[:3])
+            if found.recorded is not None and found.recorded[4] is not None:
+                self.keep_recording(*found.recorded)
         subject.trial = found
         return found
+
+    def keep_recording(self, args: tuple, kwargs: dict, raw: Any, observed: Observed | None, recording: Any) -> None:
+        """The trial's recorded forward kept as the shared recorded probe (one pass fewer for the checks that
+        read recorded ops), when it was made at the standard probe size."""
+        recorder, fan_out = recording
+        try:
+            probe = self.probe_of(args, kwargs, raw)
+        except UsageError:  # an output the checks cannot read: they say so themselves
+            return
+        if (probe.batch, probe.length) == (PROBE_BATCH, self.subject.probe_length()):
+            recorded_probe.keep(self.subject, probe, recorder, fan_out)
 
     def record(self, args: tuple, kwargs: dict, what: str,
                on_op: Callable[..., Any] | None = None) -> tuple[Probe, Any]:
         """One counted forward under the op recorder: (Probe, Recording)."""
-        from tfcheck.probe.recorder import Recorder
-
         recorder = Recorder(self.subject.model, on_op=on_op)
         with recorder:
             probe = self.run(args, kwargs, what)

@@ -12,6 +12,7 @@ inside its guard, budget and device placement.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class Trial:
     error: Exception | None = None
     #: the structure the recorded trial forward showed (tfcheck.model.observed); None when none ran
     observed: Observed | None = None
+    #: the recorded forward's own return, when the structure it showed changed no fact: its recording is then
+    #: the one the checks that read recorded ops would make (the engine keeps it for them)
+    recorded: Any = None
 
     @property
     def ran(self) -> bool:
@@ -64,8 +68,8 @@ def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[A
     recorded when ``observe``), trying
     the other mask layouts when it raises ``model_error`` and nothing declares the layout; keep the layout
     that ran (stated among the assumptions, with ``describe`` of the first error), let the ADOPTERS settle
-    what ``observed_of`` its result shows of the model's structure (running the probe again when one changed
-    how the model is called), and settle the output's selection from ``raw_of`` the result. Any other
+    what ``observed_of`` its result shows of the model's structure, run the probe again unrecorded (the one the
+    checks share), and settle the output's selection from ``raw_of`` the result. Any other
     exception propagates: it is not the model's."""
     try:
         result = forward(True)
@@ -84,23 +88,44 @@ def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[A
                 set_mask_layout(subject, None)  # none ran: the error of the (batch, length) masks is the finding
             return Trial(error=first)
     observed = observed_of(result)
+    restructured = observed is not None and adopt_structure(subject, observed)
     if observed is not None:
-        adopt_structure(subject, observed)
         # The probe the checks share comes from a plain forward: recording changes the path some modules take
-        # (torch's fused Transformer layers fall back to their Python path under a function mode), and a
-        # rule may have changed how the model is called.
+        # (torch's fused layers fall back to their Python path under a function mode, and sums round apart by
+        # an ulp), and a rule may have changed how the model is called.
+        recorded = result
         try:
             result = forward(False)
         except model_error as error:
             return Trial(error=error, observed=observed)
+        if not restructured:
+            return Trial(result=_read(subject, result, raw_of), observed=observed, recorded=recorded)
+    return Trial(result=_read(subject, result, raw_of), observed=observed)
+
+
+def _read(subject: Subject, result: Any, raw_of: Callable[[Any], Any]) -> Any:
     infer_output(subject, raw_of(result))
-    return Trial(result=result, observed=observed)
+    return result
 
 
-def adopt_structure(subject: Subject, observed: Observed) -> None:
-    """Every rule's reading of the trial's structure."""
+def adopt_structure(subject: Subject, observed: Observed) -> bool:
+    """Every rule's reading of the trial's structure; whether any of them changed a fact (then the recorded
+    forward is not the one the checks would make now)."""
+    before = settled(subject.facts)
     for adopt in ADOPTERS:
         adopt(subject, observed)
+    return settled(subject.facts) != before
+
+
+#: Facts that leave the trial's probe as it was when they change: the capacity caps longer probes only (a
+#: probe of another length is another cache entry anyway).
+NOT_IN_THE_PROBE = frozenset({"sources", "capacity"})
+
+
+def settled(facts: Any) -> dict[str, Any]:
+    """The facts' values that make the probe, copied so that a rule changing a list in place shows."""
+    return {f.name: copy.deepcopy(getattr(facts, f.name)) for f in dataclasses.fields(facts)
+            if f.name not in NOT_IN_THE_PROBE}
 
 
 def probe_roles(subject: Subject, args: tuple, kwargs: dict) -> dict[int, str]:

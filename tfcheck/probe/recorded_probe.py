@@ -83,12 +83,23 @@ def shared(ctx) -> RecordedProbe:
     if key in subject.probe_cache:
         ctx.cost.reused += 1
         return subject.probe_cache[key]
-    fan_out = _FanOut({name: factory(subject.model) for name, factory in _OBSERVERS.items()})
-    recorder = Recorder(subject.model, track_ids=True, on_op=fan_out)
+    recorder, fan_out = start(subject.model)
     args, kwargs = subject.make_inputs(PROBE_BATCH, length)
     with visible_attention(), recorder:
         probe = ctx.run(args, kwargs, f"a recorded forward at batch {PROBE_BATCH}, length {length} (shared by the "
                                       "checks that read the recorded ops)")
+    return keep(subject, probe, recorder, fan_out)
+
+
+def start(model: nn.Module, extra: dict[str, Callable[..., None]] | None = None) -> tuple[Recorder, _FanOut]:
+    """The recorder of the shared recorded forward, with every registered observer (and ``extra`` ones, such as
+    the trial's structure observer) attached; run the forward under it inside ``visible_attention()``."""
+    fan_out = _FanOut({**{name: factory(model) for name, factory in _OBSERVERS.items()}, **(extra or {})})
+    return Recorder(model, track_ids=True, on_op=fan_out), fan_out
+
+
+def keep(subject, probe: Any, recorder: Recorder, fan_out: _FanOut) -> RecordedProbe:
+    """Memoise a forward recorded under ``start()``'s recorder as the model's shared recorded probe."""
     recorded = RecordedProbe(probe, recorder.recording, fan_out.observers, fan_out.errors)
-    subject.probe_cache[key] = recorded
+    subject.probe_cache[("recorded", PROBE_BATCH, probe.length)] = recorded
     return recorded
