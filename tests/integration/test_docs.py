@@ -199,3 +199,42 @@ def test_console_pytest_lines_use_real_plugin_options():
             name = arg.split("=")[0]
             if name.startswith("--tfcheck"):
                 assert name in options, f"{page}:{line}: unknown plugin option {name}"
+
+
+# ----- outputs shown in the docs come from a real run ----------------------------------------------------------
+#: ``<!-- output of: tfcheck ARGS -->`` right above a ```text block: every line of the block must be a line of
+#: what ``tfcheck ARGS`` prints when run from the repository root (spaces collapsed; seconds and per-check costs
+#: are not compared), so a page cannot drift from what the tool says.
+OUTPUT_OF = re.compile(r"<!-- output of: tfcheck (.+?) -->\s*\n```text\n(.*?)^```", re.M | re.S)
+ROOT = DOCS.parent
+
+
+def documented_outputs() -> list[tuple[str, int, str, str]]:
+    found = []
+    for page in PAGES:
+        text = page.read_text("utf-8")
+        for m in OUTPUT_OF.finditer(text):
+            found.append((page.name, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)))
+    return found
+
+
+def _normal(line: str) -> str:
+    line = re.sub(r"\d+ fwd, \d+ tok", "", line)
+    line = re.sub(r"\d+\.\d+ s\b", "N s", line)
+    return " ".join(line.split())
+
+
+@pytest.mark.parametrize("page,line,args,shown", documented_outputs(),
+                         ids=[f"{p}:{n}" for p, n, _, _ in documented_outputs()])
+def test_a_documented_output_is_what_the_command_prints(page, line, args, shown, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "400")  # no wrapping: a line of the page is a line of the output
+    cli.main(shlex.split(args))
+    printed = {_normal(out) for out in capsys.readouterr().out.splitlines()}
+    for text in shown.splitlines():
+        if text.strip() and text.strip() != "...":
+            assert _normal(text) in printed, f"docs/{page}:{line}: `tfcheck {args}` no longer prints {text.strip()!r}"
+
+
+def test_there_are_documented_outputs():
+    assert len(documented_outputs()) >= 3

@@ -71,9 +71,14 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
 
 
 def construction_assumptions(loaded: Loaded) -> list[Assumption]:
-    """What the build changed of the model as written: the defaults it shrank, or the size constraint that made
-    it build the defaults."""
+    """Where each config tfcheck built came from, and what the build changed of the model as written: the
+    defaults it shrank, or the size constraint that made it build the defaults."""
     out = []
+    for parameter, where in loaded.config_sources.items():
+        filled = ", ".join(f"{k}={v}" for k, v in loaded.config_filled.items())
+        out.append(Assumption(f"{parameter} built from", where,
+                              "the config the constructor takes, found by tfcheck" +
+                              (f"; fields tfcheck set: {filled}" if filled else "")))
     if loaded.shrunk:
         out.append(Assumption("constructor arguments shrunk", changes_text(loaded.shrunk),
                               "large defaults shrunk by tfcheck, their invariants kept (defaults kept with "

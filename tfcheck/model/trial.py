@@ -18,7 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tfcheck.model import caller_masks, capacity, flat_outputs, head, internal_padding, sequence_layout
+from tfcheck.model import (
+    caller_masks,
+    capacity,
+    flat_outputs,
+    head,
+    internal_padding,
+    own_causal_mask,
+    sequence_layout,
+)
 from tfcheck.model.declarations import MASK_LAYOUTS
 from tfcheck.model.inputs import mask_spec
 from tfcheck.model.observed import Observed
@@ -54,6 +62,7 @@ class Trial:
 ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = (
     sequence_layout.adopt,
     caller_masks.adopt,
+    own_causal_mask.adopt,
     internal_padding.adopt,
     capacity.adopt_capacity,
     flat_outputs.adopt_flat_output,

@@ -85,9 +85,11 @@ def test_the_batch_first_mismatch_still_fails_batch_independence():
 
 @pytest.mark.parametrize("name", ["WordLanguageModelMaskOffByOne", "TutorialSeqFirstLMWithoutMask"])
 def test_a_sequence_first_lm_with_a_broken_own_mask_shows_the_leak(name):
-    # Their kind is unknown (nothing static says decoder), so mask.causal warns with the leak it measured.
+    # Their kind is unknown (nothing in the signature says decoder), but each builds a look-ahead mask in its
+    # forward (one shifted by one, one never passed on): the mask-building code says causal, so the leak fails.
     report = tfcheck.run_checks(getattr(seqfirst, name), only=["mask.causal"])
-    assert "causal leak" in findings(report, Status.WARN)["mask.causal"]
+    assert "causal leak" in findings(report, Status.FAIL)["mask.causal"]
+    assert any("forward builds a look-ahead mask itself" in source for _, source in assumed(report, "causal"))
 
 
 # ----- padding masks built inside from the pad ids ---------------------------------------------------------

@@ -269,7 +269,7 @@ def _pass_finding(subject, measures: list[Measurement]) -> Finding:
     message = (f"no output depends on a later position at lengths {lengths} (largest change "
                f"{worst.judgement.largest:.3g} <= tolerance {worst.tolerance:.3g}; perturbing the past changed the "
                f"output by up to {worst.judgement.control:.3g})")
-    if subject.kind is None:
+    if subject.kind is None and subject.facts.causal is not True:
         message += "; the kind is unknown, so this only says the model is causal as measured"
     return Finding(ID, Status.PASS, message, Location(module=""),
                    {**worst.judgement.evidence(), **_evidence(subject, measures)})
@@ -302,7 +302,7 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     if op is not None:
         evidence["op"] = {"name": op[0], "file": op[1], "line": op[2], "detail": op[3]}
     location = Location(module=m.first_layer, file=op[1] if op else None, line=op[2] if op else None)
-    if subject.kind is None:
+    if subject.kind is None and subject.facts.causal is not True:
         message = (f"the kind is unknown: if this model is causal, declare causal=true (or kind=decoder) and this "
                    f"is a failure; if it is an encoder, declare kind=encoder (or causal=false). Measured: {message}")
         return Finding(ID, Status.WARN, message, location, evidence, row)
