@@ -152,11 +152,32 @@ class CheckContext:
 
         found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
                              describe=_exception_text, observed_of=lambda r: r[3])
+        if not found.ran and subject.loaded.shrunk and found.error is not None:
+            return self.settle_at_defaults(found)
         if found.ran:
             found.result = subject.probe_cache[(batch, length, 0)] = self.probe_of(*found.result[:3])
             if found.recorded is not None and found.recorded[4] is not None:
                 self.keep_recording(*found.recorded)
         subject.trial = found
+        return found
+
+    def settle_at_defaults(self, small: Trial) -> Trial:
+        """The trial raised on the model tfcheck shrank: check the model at its written sizes when its trial runs
+        there (the size constraint stated, with the small model's error and line), else keep the small model's
+        error, which forward.smoke reports."""
+        from tfcheck.engine.loading import at_defaults
+
+        assert small.error is not None
+        rebuilt = at_defaults(self.subject, _located(small.error))
+        if rebuilt is None:
+            return small
+        shrunk = dataclasses.replace(self.subject)
+        self.subject.__dict__.update(vars(rebuilt))
+        found = self.settle()
+        if not found.ran:  # raises at its defaults too: the small model's error is the finding
+            self.subject.__dict__.update(vars(shrunk))
+            self.subject.trial = small
+            return small
         return found
 
     def keep_recording(self, args: tuple, kwargs: dict, raw: Any, observed: Observed | None, recording: Any) -> None:
@@ -197,6 +218,16 @@ class CheckContext:
                     return as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc
+
+
+def _located(raised: Exception) -> str:
+    """The model's exception and the user's line it came from."""
+    text = _exception_text(raised)
+    if isinstance(raised, ModelRaised):
+        where = raised.explanation.location
+        if where is not None and where.file:
+            return f"{text} ({where.file}:{where.line})"
+    return text
 
 
 def _exception_text(raised: Exception) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tfcheck.errors import DeclarationError, UsageError
+from tfcheck.errors import DeclarationError, TfcheckError, UsageError
 from tfcheck.model import declarations as decl
-from tfcheck.model.construction import BUILD_SEED, built_seeded
+from tfcheck.model.construction import BUILD_SEED, built_seeded, rebuild_at_defaults
 from tfcheck.model.inference import build_subject
 from tfcheck.model.loaded import Loaded
 from tfcheck.model.small_sizes import changes_text
@@ -16,7 +16,7 @@ from tfcheck.model.subject import Subject
 from tfcheck.model.usable import refuse_unusable
 from tfcheck.report.report import Assumption
 
-__all__ = ["BUILD_SEED", "construction_assumptions", "load_declared", "load_subject"]
+__all__ = ["BUILD_SEED", "at_defaults", "construction_assumptions", "load_declared", "load_subject"]
 
 
 def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
@@ -115,3 +115,20 @@ def _own_declarations(obj: Any, label: str) -> dict[str, decl.Declared]:
     if not isinstance(mapping, dict):
         raise DeclarationError(f"__tfcheck__ on {label} must be a dict of declarations, not {type(mapping).__name__}")
     return decl.from_mapping(mapping, f"__tfcheck__ on {getattr(obj, '__name__', type(obj).__name__)}")
+
+
+def at_defaults(subject: Subject, small_error: str) -> Subject | None:
+    """The subject rebuilt as written (shrink=false, the user's kwargs kept), for a model tfcheck shrank whose
+    trial forward raised: a forward may need sizes a constructor does not check (a rotary table of at least 64
+    dimensions). None when the defaults cannot be built (too large for the size guard, or they raise too)."""
+    try:
+        loaded = rebuild_at_defaults(subject.loaded)
+        refuse_unusable(loaded.model, loaded.spec)
+    except TfcheckError:
+        return None
+    rebuilt = build_subject(loaded, subject.declared)
+    rebuilt.assumptions.extend(construction_assumptions(loaded))
+    rebuilt.assumptions.append(Assumption(
+        "size constraint", small_error, f"the forward raised on tfcheck's small sizes "
+        f"({changes_text(subject.loaded.shrunk)}), so the model is checked at its defaults, as written"))
+    return rebuilt
