@@ -12,7 +12,8 @@ VOCAB_SIZE = ("vocab_size", "n_vocab", "ntoken", "num_tokens", "ntokens", "vocab
 SOURCE_VOCAB_SIZE = ("src_vocab_size",)
 TARGET_VOCAB_SIZE = ("tgt_vocab_size",)
 #: hidden_dim last: some models name their feed-forward width so.
-D_MODEL = ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim", "ninp", "n_embed", "hidden_dim")
+D_MODEL = ("d_model", "hidden_size", "n_embd", "dim", "embed_dim", "model_dim", "ninp", "n_embed", "embed_size",
+           "emb_size", "hidden_dim")
 #: The token embedding's width: d_model where nothing projects it, so filled as d_model, but never read as it
 #: (x-transformers' TransformerWrapper.emb_dim may differ from its attn_layers.dim).
 EMBED_DIM = ("d_embed", "emb_dim", "d_word_vec")

@@ -297,3 +297,18 @@ def test_an_argument_tfcheck_cannot_guess_is_named_with_the_declaration_and_a_fa
     assert "def make_model():\n        return NeedsAPath(vocab_path=...)" in message
     subject = load_subject(NeedsAPath, declared(kwargs={"vocab_path": "vocab.txt"}))
     assert subject.model.vocab_path == "vocab.txt" and subject.model.embed.embedding_dim == 32
+
+
+class EmbedSizeTransformer(nn.Module):
+    """The from-scratch tutorials' names: embed_size (Aladdin Persson's, and simple-transformer on PyPI) and
+    emb_size (PyTorch's translation tutorial) are the model width."""
+
+    def __init__(self, src_vocab_size, embed_size=512, heads=8, emb_size=None):
+        super().__init__()
+        self.embed = nn.Embedding(src_vocab_size, embed_size)
+        self.width, self.heads = embed_size, heads
+
+
+def test_embed_size_and_emb_size_are_the_width_and_are_shrunk_with_the_heads():
+    model = load_subject(EmbedSizeTransformer, {}).model
+    assert (model.width, model.heads) == (32, 4) and model.embed.embedding_dim == 32
