@@ -29,7 +29,7 @@ D_FF = ("d_ff", "dim_feedforward", "ffn_dim", "intermediate_size", "d_hidden", "
 #: The longest sequence a model was built for. max_length last: Hugging Face configs before transformers 5
 #: carry max_length=20 as a generation setting, which the resolver does not read there.
 MAX_LEN = ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len", "max_seq_length",
-           "context_length", "n_ctx", "seq_len", "n_position", "max_length")
+           "context_length", "n_ctx", "seq_len", "n_position", "num_positions", "max_length")
 GENERATION_SETTINGS = ("max_length",)
 DROPOUT = ("dropout", "p_drop", "dropout_rate", "attn_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
            "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob")

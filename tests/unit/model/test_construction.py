@@ -240,6 +240,7 @@ def spec_origin(file: str, attr: str):
     ("src_vocab", "VOCAB_SIZE"), ("ffn_hidden", "D_FF"), ("d_inner_hid", "D_FF"), ("hidden_size", "D_MODEL"),
     ("drop_prob", "DROPOUT"), ("drop_rate", "DROPOUT"), ("src_pad_idx", "PAD_ID"), ("trg_sos_idx", "BOS_TOKEN_ID"),
     ("eos_id", "EOS_TOKEN_ID"), ("qkv_bias", None), ("causal", None), ("activation", None), ("N", None), ("h", None),
+    ("embed_size", "D_MODEL"), ("emb_size", "D_MODEL"), ("num_positions", "MAX_LEN"),
 ])
 def test_names_outside_the_exact_tables_are_read_by_their_patterns(name, expected):
     assert quantity(name) == expected
