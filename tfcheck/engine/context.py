@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tfcheck.engine.memory import fit_probes
 from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import caller_masks, trial
@@ -121,7 +122,7 @@ class CheckContext:
             # recorded ops record, so that, when the structure changes no fact, they read this recording.
             inputs_batch, inputs_length = batch_length(args, kwargs)
             observer = Observer(subject.model, trial.probe_roles(subject, args, kwargs), lengths,
-                                caller_masks.probe_masks(subject, args, kwargs))
+                                caller_masks.probe_masks(subject, args, kwargs), batch=inputs_batch)
             recorder, fan_out = recorded_probe.start(subject.model, {"trial structure": observer.on_op})
             try:
                 with visible_attention(), recorder:
@@ -173,11 +174,18 @@ class CheckContext:
             return small
         shrunk = dataclasses.replace(self.subject)
         self.subject.__dict__.update(vars(rebuilt))
+        # The guard of this check holds the small model; the rebuilt one is tfcheck's own, set up here as the
+        # guard sets a model up (eval mode, the declared device) and with its probes fitted to memory again.
+        model = self.subject.model.eval()
+        if self.subject.facts.device is not None:
+            model.to(self.subject.facts.device)
+        fit_probes(self.subject)
         found = self.settle()
         if not found.ran:  # raises at its defaults too: the small model's error is the finding
             self.subject.__dict__.update(vars(shrunk))
             self.subject.trial = small
             return small
+        found.size_constraint = _located(small.error)
         return found
 
     def keep_recording(self, args: tuple, kwargs: dict, raw: Any, observed: Observed | None, recording: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tfcheck.errors import DeclarationError, TfcheckError, UsageError
+from tfcheck.errors import DeclarationError, UsageError
 from tfcheck.model import declarations as decl
 from tfcheck.model.construction import BUILD_SEED, built_seeded, rebuild_at_defaults
 from tfcheck.model.inference import build_subject
@@ -124,7 +124,7 @@ def at_defaults(subject: Subject, small_error: str) -> Subject | None:
     try:
         loaded = rebuild_at_defaults(subject.loaded)
         refuse_unusable(loaded.model, loaded.spec)
-    except TfcheckError:
+    except Exception:  # noqa: BLE001 - defaults that cannot be built leave the small model's error as the finding
         return None
     rebuilt = build_subject(loaded, subject.declared)
     rebuilt.assumptions.extend(construction_assumptions(loaded))

@@ -24,6 +24,7 @@ from tfcheck.errors import SpecError
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
 from tfcheck.model.small_sizes import SMALL_VALUES, is_unset, plan, quantity
+from tfcheck.model.user_code import user_code
 
 #: A required field (no default).
 REQUIRED = inspect.Parameter.empty
@@ -251,7 +252,8 @@ def _default_config(origin: Any, given: Mapping[str, Any], shrink: bool) -> Conf
     if not callable(getter):
         return None
     try:
-        probe = getter()
+        with user_code():  # a getter that calls sys.exit is the user's code stopping, caught as a failure
+            probe = getter()
     except Exception:  # noqa: BLE001 - a getter that needs arguments or fails is no default config
         return None
     fields = _instance_fields(probe)

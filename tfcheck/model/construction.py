@@ -183,8 +183,22 @@ class _Refused(Exception):
 def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[str, Any]]:
     import torch.nn as nn
 
-    refuse_if_too_large(origin, arguments.make, spec)
-    given = arguments.make()
+    def make() -> dict[str, Any]:
+        # A config class's own __init__ / __post_init__ runs here: it may refuse the small sizes too.
+        try:
+            with user_code():
+                return arguments.make()
+        except UserExit as exc:
+            raise SpecError(f"building the config for {spec} stopped: {exc}") from None
+        except Exception as exc:
+            where = user_frame(exc)
+            error = SpecError(f"building the config for {spec} raised {type(exc).__name__}: {exc}{where}. Give its "
+                              "fields with the 'kwargs' declaration (e.g. kwargs='{\"config\": {\"n_embd\": 64}}'), "
+                              "or point the spec at a factory function that builds the model.")
+            raise _Refused(error, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, where) from None
+
+    refuse_if_too_large(origin, make, spec)
+    given = make()
     try:
         with user_code():
             model = origin(**given)

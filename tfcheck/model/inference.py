@@ -96,6 +96,7 @@ class _Resolver:
         self.causal()
         self.mask()
         self.causal_mask()
+        self.declared_head()
         self.layout()
         self.call_plan()
         self.returns()
@@ -279,6 +280,20 @@ class _Resolver:
                                 f"(True = real token, given as bool, laid out (batch, length) unless that raises). "
                                 f"Declare mask={name}:pad or {name}:additive if not")
         self.set("mask", decl.MaskSpec(None, "none"), "no mask argument in forward")
+
+    def declared_head(self) -> None:
+        """A declared head must name a submodule: refused before any check runs (its rule is the trial's,
+        tfcheck.model.head)."""
+        declared = self.s.declared.get("head")
+        if declared is None:
+            return
+        try:
+            self.model.get_submodule(str(declared.value))
+        except AttributeError:
+            children = ", ".join(name for name, _ in self.model.named_children())
+            raise SpecError(f"head={declared.value} ({declared.source}) names no submodule of "
+                            f"{type(self.model).__name__} (its submodules: {children or 'none'}); declare the dotted "
+                            "attribute name of the module that maps forward's output to logits") from None
 
     def causal_mask(self) -> None:
         """The forward argument that takes the look-ahead mask its caller builds: declared, or named so

@@ -64,13 +64,18 @@ SIZE_PRESETS = ("model_type",)
 #: Name patterns for the names the exact tables above do not list, one table (regular expression, the table
 #: whose quantity it is); tfcheck.model.small_sizes.quantity reads the exact names first. ``hidden`` counts as
 #: the feed-forward width only with a qualifier (ffn_hidden): hidden_size / hidden_dim stay d_model.
+#: A switch is never a size: use_dropout, no_dropout, apply_dropout, is_drop, with_ffn take True / False.
+_NOT_A_SWITCH = r"(?!(use|no|apply|is|enable|disable|with|has|do|add)_)"
+#: The FFN's names: a bare ffn / mlp / inner is a module or a switch, a width only with a size word beside it.
+_FFN = r"(ffn|ff|inner|mlp|feedforward|feed_forward)"
 NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"(n_|num_)?((src|tgt|trg|enc|dec|source|target|input|output)_?)?(vocab|voc|ntoken)s?(_size|_len)?", "VOCAB_SIZE"),
-    (r"(d_|n_|dim_)?(ffn|ff|inner|mlp|feedforward|feed_forward)(_hidden|_hid)?(_dim|_size|_width)?", "D_FF"),
-    (r"([a-z]+_)*(drop|dropout|pdrop|p_drop)(_(rate|prob|p|ratio))?", "DROPOUT"),
-    (r"([a-z]+_)*pad(ding)?(_token)?_(idx|id|index)", "PAD_ID"),
-    (r"([a-z]+_)*(sos|bos)(_token)?_(idx|id|index)", "BOS_TOKEN_ID"),
-    (r"([a-z]+_)*eos(_token)?_(idx|id|index)", "EOS_TOKEN_ID"),
+    (rf"(d_|n_|dim_){_FFN}(_hidden|_hid)?(_dim|_size|_width)?|{_FFN}((_hidden|_hid)(_dim|_size|_width)?|"
+     r"_dim|_size|_width)", "D_FF"),
+    (rf"{_NOT_A_SWITCH}([a-z]+_)*(drop|dropout|pdrop|p_drop)(_(rate|prob|p|ratio))?", "DROPOUT"),
+    (rf"{_NOT_A_SWITCH}([a-z]+_)*pad(ding)?(_token)?_(idx|id|index)", "PAD_ID"),
+    (rf"{_NOT_A_SWITCH}([a-z]+_)*(sos|bos)(_token)?_(idx|id|index)", "BOS_TOKEN_ID"),
+    (rf"{_NOT_A_SWITCH}([a-z]+_)*eos(_token)?_(idx|id|index)", "EOS_TOKEN_ID"),
 )
 #: The Annotated Transformer's make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8): N layers and
 #: h heads, read so only as that pair beside a d_model and a d_ff name (a lone N or h says nothing).

@@ -84,8 +84,9 @@ class Observer:
     another (its last axis is a key length) and a length-sized object from a batch-sized one."""
 
     def __init__(self, model: nn.Module, inputs: dict[int, str], lengths: tuple[int, ...],
-                 masks: dict[int, tuple[str, torch.Tensor]] | None = None):
+                 masks: dict[int, tuple[str, torch.Tensor]] | None = None, batch: int | None = None):
         self.observed = Observed()
+        self.sides = frozenset(lengths) | ({batch} if batch is not None else set())
         self.masks = MaskFollower(masks or {}, frozenset(lengths))
         self.lengths = frozenset(lengths)
         self.tokens: dict[int, str] = dict(inputs)  # token ids and integer tensors derived from them -> role
@@ -122,8 +123,10 @@ class Observer:
         self.follow_comparisons(name, args, kwargs, inputs, outs, where)
         self.masks.on_op(name, args, kwargs, inputs, outs, where)
         self.attention_length(name, args, inputs)
-        if name in TRIANGLES and inputs and self.square_side(inputs[0]) is not None:
-            side = self.square_side(inputs[0])
+        side = self.square_side(inputs[0]) if name in TRIANGLES and inputs else None
+        # A look-ahead mask is a triangle the forward makes for the sequence it got: a square of a probe length
+        # (or of the batch size, in a (length, batch) model fed batch first), never a weight made triangular.
+        if side is not None and side in self.sides and id(inputs[0]) not in self.owned:
             self.sight(self.observed.causal_masks, f"{name} on a ({side}, {side}) square", where, side, side)
             self.observed.length_objects.append(Sighting(f"{name} on a ({side}, {side}) square", where, side, side))
         if name in ATTENTIONS and kwargs.get("is_causal") is True:

@@ -52,6 +52,8 @@ class Trial:
     #: the recorded forward's own return, when the structure it showed changed no fact: its recording is then
     #: the one the checks that read recorded ops would make (the engine keeps it for them)
     recorded: Any = None
+    #: the error the forward raised at tfcheck's small sizes, when the model is checked at its defaults instead
+    size_constraint: str | None = None
 
     @property
     def ran(self) -> bool:

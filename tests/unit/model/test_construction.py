@@ -241,6 +241,9 @@ def spec_origin(file: str, attr: str):
     ("drop_prob", "DROPOUT"), ("drop_rate", "DROPOUT"), ("src_pad_idx", "PAD_ID"), ("trg_sos_idx", "BOS_TOKEN_ID"),
     ("eos_id", "EOS_TOKEN_ID"), ("qkv_bias", None), ("causal", None), ("activation", None), ("N", None), ("h", None),
     ("embed_size", "D_MODEL"), ("emb_size", "D_MODEL"), ("num_positions", "MAX_LEN"),
+    # switches and bare module names are no sizes: a recording config must not answer them
+    ("use_dropout", None), ("no_dropout", None), ("apply_dropout", None), ("is_drop", None), ("mlp", None),
+    ("ffn", None), ("ff", None), ("inner", None), ("ffn_size", "D_FF"),
 ])
 def test_names_outside_the_exact_tables_are_read_by_their_patterns(name, expected):
     assert quantity(name) == expected

@@ -14,7 +14,7 @@ B, T, D, V = 3, 7, 16, 50
 
 
 def observe(model: nn.Module, tokens: torch.Tensor) -> Observed:
-    observer = Observer(model, {id(tokens): "tokens"}, (tokens.shape[1],))
+    observer = Observer(model, {id(tokens): "tokens"}, (tokens.shape[1],), batch=tokens.shape[0])
     recorder = Recorder(model, aten=False, on_op=observer.on_op)
     with recorder, torch.no_grad():
         model(tokens)
@@ -99,3 +99,32 @@ def test_a_table_cut_by_axis_0_shows_a_length_object_of_the_batch_size():
 def test_the_modules_that_ran_are_listed():
     seen = observe(PadMaskedAttention(), tokens())
     assert {"", "emb", "qkv"} <= seen.called
+
+
+class TriangularWeightEncoder(nn.Module):
+    """A bidirectional encoder that makes a weight triangular (a learned lower-triangular mixing): no mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+        self.mix = nn.Parameter(torch.randn(D, D))
+
+    def forward(self, src):
+        x = self.emb(src) @ torch.tril(self.mix)
+        att = (x @ x.transpose(-2, -1)).softmax(-1)
+        return att @ x
+
+
+def test_a_triangle_of_a_weight_or_of_another_size_is_no_look_ahead_mask():
+    seen = observe(TriangularWeightEncoder(), tokens())
+    assert seen.causal_masks == []
+
+
+def test_a_triangle_built_for_the_probe_length_is_a_look_ahead_mask():
+    class BuildsItsMask(TriangularWeightEncoder):
+        def forward(self, src):
+            x = self.emb(src)
+            keep = torch.ones(src.size(1), src.size(1), dtype=torch.bool).tril()
+            return (x @ x.transpose(-2, -1)).masked_fill(~keep, float("-inf")).softmax(-1) @ x
+
+    assert [s.size for s in observe(BuildsItsMask(), tokens()).causal_masks] == [T]

@@ -216,8 +216,9 @@ def test_several_heads_name_the_candidates_and_the_declaration_works():
     assert grad.evidence["heads_outside_forward"] == ["next_next_head"]
 
 
-def test_a_declared_head_that_names_nothing_says_which_could():
-    smoke = only(head.TwoHeadsLM, "forward.smoke", head="lm_heads").findings[0]
-    assert smoke.status is Status.FAIL
-    assert "head=lm_heads (run_checks() argument) names no submodule of TwoHeadsLM" in smoke.message
-    assert "lm_head, next_next_head" in smoke.message
+def test_a_declared_head_that_names_nothing_is_a_usage_error_that_names_the_submodules():
+    with pytest.raises(tfcheck.UsageError) as refused:  # before any check runs (exit 2 on the command line)
+        only(head.TwoHeadsLM, "forward.smoke", head="lm_heads")
+    message = str(refused.value)
+    assert "head=lm_heads (run_checks() argument) names no submodule of TwoHeadsLM" in message
+    assert "lm_head" in message and "next_next_head" in message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfcheck.engine.context import ModelRaised
-from tfcheck.engine.registry import check, passed
+from tfcheck.engine.registry import check, passed, warned
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
 from tfcheck.report.findings import Finding, Location
 
@@ -28,6 +28,15 @@ def forward_smoke(ctx) -> list[Finding]:
             raise ModelRaised(_with_residual_culprit(ctx, raised.explanation, length)) from raised
         raise raised
     out = trial.result.output
+    if trial.size_constraint is not None:
+        # The small sizes are distinct so that no axis can pass for another; at the defaults two may be equal
+        # (d_ff == d_model), and a swapped projection would run. Said, not passed over.
+        return [warned(ID, f"the forward raised at tfcheck's small sizes ({trial.size_constraint}), so the model "
+                       f"is checked at its defaults, where a forward at batch {PROBE_BATCH}, length {length} returned "
+                       f"{tuple(out.shape)}. If the model should run at any size, that error is a bug (two sizes "
+                       "equal at the defaults can hide a swapped axis); if it needs these sizes, declare them with "
+                       "kwargs or shrink=false to say so", Location(module=""),
+                       {"small_size_error": trial.size_constraint, "output_shape": tuple(out.shape)})]
     return [passed(ID, f"forward at batch {PROBE_BATCH}, length {length}{_target_note(ctx.subject, length)} "
                    f"returned {tuple(out.shape)} {str(out.dtype).replace('torch.', '')}",
                    Location(module=""), {"batch": PROBE_BATCH, "length": length, "output_shape": tuple(out.shape),
