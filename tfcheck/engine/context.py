@@ -230,7 +230,7 @@ class CheckContext:
 
 def _located(raised: Exception) -> str:
     """The model's exception and the user's line it came from."""
-    text = _exception_text(raised)
+    text = _exception_text(raised).rstrip(": ")  # an empty assert reads "AssertionError", not "AssertionError: "
     if isinstance(raised, ModelRaised):
         where = raised.explanation.location
         if where is not None and where.file:

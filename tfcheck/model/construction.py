@@ -224,7 +224,8 @@ def refuse_if_too_large(origin: Any, make_arguments: Callable[[], dict[str, Any]
     """Count the parameters on the meta device first: a default config of billions is never allocated."""
     import torch
 
-    from tfcheck.model.sizing import MEMORY_SHARE, available_bytes, human, meta_parameter_bytes
+    from tfcheck.model.memory_limits import memory_limit
+    from tfcheck.model.sizing import MEMORY_SHARE, human, meta_parameter_bytes
 
     if torch.get_default_device().type == "meta":
         return  # already building on meta: nothing will be allocated
@@ -233,12 +234,14 @@ def refuse_if_too_large(origin: Any, make_arguments: Callable[[], dict[str, Any]
     if measured is None:
         return
     count, size, estimate = measured
-    budget = int(available_bytes() * MEMORY_SHARE)
+    # The machine's limits, not the memory free now: the same model is refused or built in every process.
+    limit = memory_limit()
+    budget = int(limit.bytes * MEMORY_SHARE)
     if size > budget:
         about = " (an estimate: the constructor read tensor values, which the count answers with 0)" if estimate else ""
         raise SpecError(
             f"building {spec}({fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}){about}; "
-            f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the memory available). Give smaller "
+            f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the {limit.source}). Give smaller "
             "sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}'), or trace it "
             "without allocating: tfcheck trace SPEC --meta.")
 

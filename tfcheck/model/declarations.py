@@ -274,7 +274,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "model builds its own or has none.", _causal_mask),
     Key("layout", "batch_first | seq_first",
         "How the model lays out its sequences: (batch, length, ...) or torch's (length, batch, ...); tfcheck "
-        "transposes the token ids, masks and outputs of a seq_first model.", _sequence_layout),
+        "transposes the token ids, features and outputs of a seq_first model (padding masks stay (batch, length), "
+        "as torch's key_padding_mask is).", _sequence_layout),
     Key("head", "ATTR",
         "The submodule that maps the states forward returns to logits when forward does not call it (the "
         "Annotated Transformer's generator): every check reads head(forward(x)).", _attribute_path),

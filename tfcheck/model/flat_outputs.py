@@ -14,7 +14,7 @@ import torch
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.observed import Observed
 from tfcheck.model.outputs import known, returned_output
-from tfcheck.model.subject import PROBE_BATCH as TRIAL_BATCH  # the trial forward is the standard probe
+from tfcheck.model.subject import PROBE_BATCH  # the trial forward is the standard probe
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
@@ -34,15 +34,15 @@ def adopt_flat_output(subject: Subject, observed: Observed) -> None:
     out = returned_output(subject, observed.returned)
     facts = subject.facts
     widths = known(facts.output_vocab_size, facts.d_model)
-    if out is None or len(out.shape) != 2 or out.shape[1] not in widths or out.shape[0] <= TRIAL_BATCH:
+    if out is None or len(out.shape) != 2 or out.shape[1] not in widths or out.shape[0] <= PROBE_BATCH:
         return
     rows, width = out.shape
     length = subject.probe_length()
     length = max(1, length + TARGET_LENGTH_DELTA) if subject.takes_target else length
     order = "(length·batch" if facts.batch_first is False else "(batch·length"
-    said = f"forward returned {tuple(out.shape)} at batch {TRIAL_BATCH}, {'target ' * subject.takes_target}length " \
+    said = f"forward returned {tuple(out.shape)} at batch {PROBE_BATCH}, {'target ' * subject.takes_target}length " \
            f"{length}: the output flattened for the loss, as .view(-1, {width}) does"
-    if rows == TRIAL_BATCH * length:
+    if rows == PROBE_BATCH * length:
         facts.set("flat_output", True, said)
         subject.assumptions.append(Assumption(
             "output layout", f"{order}, {width}) rows read as (batch, length, {width})",
@@ -51,7 +51,7 @@ def adopt_flat_output(subject: Subject, observed: Observed) -> None:
     facts.set("flat_output", True, said)
     subject.assumptions.append(Assumption(
         "output layout", f"{order}, {width}) rows, not batch × length",
-        f"{said}, but {rows} rows are not {TRIAL_BATCH} × {length}: the checks that read the output per position "
+        f"{said}, but {rows} rows are not {PROBE_BATCH} × {length}: the checks that read the output per position "
         "say inconclusive"))
 
 

@@ -321,7 +321,7 @@ class _Resolver:
         tfcheck.model.sequence_layout.)"""
         declared = self.s.declared.get("layout")
         if declared is not None:
-            self.s.facts.batch_first = declared.value == "batch_first"
+            self.s.facts.set("batch_first", declared.value == "batch_first", declared.source)
             self.s.assumptions.append(Assumption(
                 "layout", "(batch, length, ...)" if self.s.facts.batch_first else "(length, batch, ...)",
                 f"{declared.source}; tfcheck transposes the token ids, features and the output it reads, and "
@@ -331,7 +331,7 @@ class _Resolver:
         if found is None:
             return
         batch_first, where = found
-        self.s.facts.batch_first = batch_first
+        self.s.facts.set("batch_first", batch_first, where)
         if not batch_first:
             self.s.assumptions.append(Assumption(
                 "layout", "(length, batch, d_model)", f"{where} = False (torch's default); tfcheck transposes the "

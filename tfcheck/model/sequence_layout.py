@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from tfcheck.model.declarations import MaskSpec
 from tfcheck.model.names import KEY_PADDING_ARGS
-from tfcheck.model.subject import PROBE_BATCH as TRIAL_BATCH
+from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
@@ -28,17 +28,17 @@ def adopt(subject: Subject, observed: Observed) -> None:
     if facts.batch_first is not None or "layout" in subject.declared or facts.inputs is not None:
         return
     lengths = {subject.probe_length(), *([max(1, subject.probe_length() - 2)] if subject.takes_target else [])}
-    if TRIAL_BATCH in lengths:
+    if PROBE_BATCH in lengths:
         return
     seen, attended = observed.lengths_seen(), observed.attention_lengths
-    if TRIAL_BATCH not in seen or TRIAL_BATCH not in attended or seen & lengths or attended & lengths:
+    if PROBE_BATCH not in seen or PROBE_BATCH not in attended or seen & lengths or attended & lengths:
         return
-    objects = [s for s in observed.length_objects if s.length == TRIAL_BATCH]
-    facts.batch_first = False
+    objects = [s for s in observed.length_objects if s.length == PROBE_BATCH]
+    facts.set("batch_first", False, "the trial forward's length-derived objects")
     subject.assumptions.append(Assumption(
         "layout", "(length, batch, ...)", f"the trial forward's length-derived objects took axis 0 as the length: "
-        f"{'; '.join(str(s) for s in objects[:2])} sized by the probe's batch ({TRIAL_BATCH}), and attention ran "
-        f"over {TRIAL_BATCH} keys; tfcheck transposes the token ids and features it gives and the output it reads. "
+        f"{'; '.join(str(s) for s in objects[:2])} sized by the probe's batch ({PROBE_BATCH}), and attention ran "
+        f"over {PROBE_BATCH} keys; tfcheck transposes the token ids and features it gives and the output it reads. "
         "Declare layout=batch_first if not"))
     mask = facts.mask
     required = any(role == "mask" for _, role in facts.call_plan or ())

@@ -2,27 +2,12 @@
 refuse a build that would not fit, with a message that says how to shrink it."""
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
-#: Share of the available memory a model tfcheck builds may take (the probes and copies need the rest).
+#: Share of the memory limit (tfcheck.model.memory_limits) a model tfcheck builds may take (the probes and copies
+#: need the rest).
 MEMORY_SHARE = 0.25
-
-
-def available_bytes() -> int:
-    """Memory available now (Linux MemAvailable; otherwise physical memory)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
 
 
 def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int, bool] | None:

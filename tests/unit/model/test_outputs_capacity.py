@@ -166,7 +166,6 @@ def test_real_token_rows_are_inconclusive_where_a_batch_is_padded():
 
 def test_a_seq_first_model_s_flattened_rows_are_read_length_first():
     # Token ids reach a seq-first model transposed by the sequence-layout rule (tfcheck.model.sequence_layout).
-    pytest.importorskip("tfcheck.model.sequence_layout", reason="the seq-first token layout is not in this tree")
     report = run(flat.SeqFirstLM)
     assert problems(report) == {}
     assert assumption(report, "output layout").value == "(length·batch, 101) rows read as (batch, length, 101)"
