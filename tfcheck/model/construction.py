@@ -17,6 +17,7 @@ from tfcheck.errors import SpecError
 from tfcheck.model.configs import ConfigSource, config_for, is_config_param
 from tfcheck.model.loaded import Loaded
 from tfcheck.model.recording_config import RecordingConfig
+from tfcheck.model.sizing import AllocationOverBudget, allocation_limit
 from tfcheck.model.small_sizes import SMALL_VALUES, changes_text, plan, quantity, small_value
 from tfcheck.model.user_code import UserExit, user_code
 from tfcheck.probe.frames import innermost_user_frame
@@ -197,11 +198,17 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
                               "or point the spec at a factory function that builds the model.")
             raise _Refused(error, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, where) from None
 
-    refuse_if_too_large(origin, make, spec)
+    unmeasured_budget = refuse_if_too_large(origin, make, spec)
     given = make()
     try:
-        with user_code():
+        with user_code(), _counted(unmeasured_budget):
             model = origin(**given)
+    except AllocationOverBudget as over:
+        raise SpecError(
+            f"building {spec}({fmt_args(given)}) was stopped before it allocated more than tfcheck allows: {over} "
+            "(its constructor cannot run on the meta device, so its allocations were counted as it built). Give "
+            "smaller sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}')."
+        ) from None
     except UserExit as exc:
         raise SpecError(f"constructing {spec} stopped: {exc}") from None
     except Exception as exc:
@@ -220,30 +227,39 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
     return model, given
 
 
-def refuse_if_too_large(origin: Any, make_arguments: Callable[[], dict[str, Any]], spec: str) -> None:
-    """Count the parameters on the meta device first: a default config of billions is never allocated."""
+def _counted(budget: int | None) -> Any:
+    """The allocation counter of a build the meta count could not measure, or nothing."""
+    import contextlib
+
+    return contextlib.nullcontext() if budget is None else allocation_limit(budget)
+
+
+def refuse_if_too_large(origin: Any, make_arguments: Callable[[], dict[str, Any]], spec: str) -> int | None:
+    """Count the parameters on the meta device first: a default config of billions is never allocated. When the
+    constructor cannot run on meta, the budget its real build must be counted against (None: nothing to count)."""
     import torch
 
     from tfcheck.model.memory_limits import memory_limit
     from tfcheck.model.sizing import MEMORY_SHARE, human, meta_parameter_bytes
 
     if torch.get_default_device().type == "meta":
-        return  # already building on meta: nothing will be allocated
-    arguments = make_arguments()
-    measured = meta_parameter_bytes(lambda: origin(**arguments))
-    if measured is None:
-        return
-    count, size, estimate = measured
+        return None  # already building on meta: nothing will be allocated
     # The machine's limits, not the memory free now: the same model is refused or built in every process.
     limit = memory_limit()
     budget = int(limit.bytes * MEMORY_SHARE)
-    if size > budget:
-        about = " (an estimate: the constructor read tensor values, which the count answers with 0)" if estimate else ""
-        raise SpecError(
-            f"building {spec}({fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}){about}; "
-            f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the {limit.source}). Give smaller "
-            "sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}'), or trace it "
-            "without allocating: tfcheck trace SPEC --meta.")
+    arguments = make_arguments()
+    measured = meta_parameter_bytes(lambda: origin(**arguments))
+    if measured is None:
+        return budget
+    count, size, estimate = measured
+    if size <= budget:
+        return None
+    about = " (an estimate: the constructor read tensor values, which the count answers with 0)" if estimate else ""
+    raise SpecError(
+        f"building {spec}({fmt_args(arguments)}) would allocate {human(size)} of parameters ({count:,}){about}; "
+        f"tfcheck allows {human(budget)} ({int(MEMORY_SHARE * 100)}% of the {limit.source}). Give smaller "
+        "sizes with the 'kwargs' declaration (e.g. kwargs='{\"num_layers\": 2, \"d_model\": 64}'), or trace it "
+        "without allocating: tfcheck trace SPEC --meta.")
 
 
 def built_seeded(origin: Any, spec: str, kwargs: Mapping[str, Any], shrink: bool = True,

@@ -3,7 +3,12 @@ is checked at its defaults, and the report says which error made it so, and wher
 both sizes is the user's bug, reported with the small model's error."""
 from __future__ import annotations
 
+import pytest
+import torch
+import torch.nn as nn
+
 import tfcheck
+from tfcheck.engine.runner import load_subject
 
 FILE = "tests/support/frontdoor_build/forward_size_constraint.py"
 
@@ -37,3 +42,31 @@ def test_a_forward_that_raises_at_every_size_reports_the_small_models_error(monk
     assert smoke.status is tfcheck.Status.FAIL and "mat1 and mat2" in smoke.message
     assert not any(a.key == "size constraint" for a in model.assumptions)
     assert next(a.value for a in model.assumptions if a.key == "d_model") == 32  # still the small build
+
+
+class ReadsNumpyThenAllocates(nn.Module):
+    """A constructor the meta count cannot run (it reads a tensor through NumPy), then allocates 100 MiB."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = float(torch.ones(2).numpy().sum())  # no meta tensor has values to give NumPy
+        self.table = nn.Parameter(torch.zeros(25 * 1024 * 1024))  # 100 MiB of float32
+        self.embed = nn.Embedding(11, 4)
+
+    def forward(self, input_ids):
+        return self.embed(input_ids)
+
+
+def test_a_constructor_the_meta_count_cannot_run_is_counted_as_it_builds_and_stopped_before_the_budget(monkeypatch):
+    from tfcheck.model import memory_limits
+
+    monkeypatch.setattr(memory_limits, "memory_limit", lambda: memory_limits.Limit(64 << 20, "test limit"))
+    with pytest.raises(tfcheck.UsageError) as refused:  # 25% of 64 MiB allowed: 16 MiB
+        load_subject(ReadsNumpyThenAllocates, {})
+    message = str(refused.value)
+    assert "stopped before it allocated more than tfcheck allows" in message and "16.0 MiB" in message
+    assert "kwargs" in message
+
+
+def test_a_constructor_the_meta_count_cannot_run_builds_when_it_fits():
+    assert load_subject(ReadsNumpyThenAllocates, {}).model.table.numel() == 25 * 1024 * 1024
