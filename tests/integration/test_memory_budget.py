@@ -103,3 +103,25 @@ def test_a_training_copy_that_would_not_fit_is_inconclusive_and_says_why():
 def test_a_training_copy_that_fits_trains():
     report = tfcheck.run_checks("reference_model:TransformerLM", memory_budget="8GiB", only=["train.overfit_batch"])
     assert report.models[0].results[0].status is tfcheck.Status.PASS
+
+
+def test_the_default_probes_are_scaled_down_too_when_even_they_do_not_fit():
+    subject = _subject()
+    fit_probes(subject, Limit(8 << 20, "test limit"))  # 2 MiB for a probe of 17 rows: not 64 positions
+    said = next(a for a in subject.assumptions if a.key == ASSUMPTION)
+    assert subject.facts.probe_len is None and subject.facts.memory_cap == said.value < 64
+    assert subject.length_cap() == said.value and subject.probe_length() == min(7, said.value)
+    assert said.source.startswith("the default probes (up to 64 positions) scaled down")
+
+
+def test_a_declared_cuda_device_is_limited_by_its_total_memory_not_its_free_memory(monkeypatch):
+    import torch
+
+    from tfcheck.model.memory_limits import limit_for
+
+    subject = _subject()
+    subject.facts.device = "cuda:0"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (3 << 30, 80 << 30))  # (free, total)
+    limit = limit_for(subject)
+    assert (limit.bytes, limit.source) == (80 << 30, "cuda:0 memory")

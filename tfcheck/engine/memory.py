@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tfcheck.model import names
 from tfcheck.model.memory_limits import Limit, gib, limit_for
-from tfcheck.model.subject import Subject
+from tfcheck.model.subject import PROBE_LENGTH_CAP, Subject
 from tfcheck.report.report import Assumption
 
 #: Share of the memory limit the probes of one check may take (the model, its baseline copy and torch's own
@@ -65,20 +65,27 @@ def shape_of(subject: Subject) -> ModelShape:
 
 
 def fit_probes(subject: Subject, limit: Limit | None = None) -> None:
-    """Scale a declared probe_len down to the longest whose worst probe fits the memory budget, and say so."""
-    requested = subject.facts.probe_len
-    if requested is None or any(a.key == ASSUMPTION for a in subject.assumptions):
-        return  # the default probes are at most PROBE_LENGTH_CAP long: small for any model tfcheck builds
+    """Scale the probes down to the longest whose worst probe fits the memory budget, and say so: a declared
+    probe_len, or the default probes' longest (PROBE_LENGTH_CAP, which only a very large model built as
+    written does not fit)."""
+    if any(a.key == ASSUMPTION for a in subject.assumptions):
+        return
+    declared = subject.facts.probe_len
+    requested = declared or PROBE_LENGTH_CAP
     limit = limit or limit_for(subject)
     budget = int(limit.bytes * PROBE_SHARE)
     shape = shape_of(subject)
     if shape.peak(WORST_ROWS, requested) <= budget:
         return
     fits = _longest_fitting(shape, budget)
-    subject.facts.probe_len = fits
+    if declared:
+        subject.facts.probe_len = fits
+    else:  # the checks keep their own lengths, capped: probe_len would scale the short ones up to the cap
+        subject.facts.memory_cap = fits
     subject.assumptions.append(Assumption(
         ASSUMPTION, fits,
-        f"probe_len={requested} ({subject.source_of('probe_len')}) scaled down: a probe of {WORST_ROWS} rows × "
+        (f"probe_len={requested} ({subject.source_of('probe_len')})" if declared else
+         f"the default probes (up to {requested} positions)") + f" scaled down: a probe of {WORST_ROWS} rows × "
         f"{requested} would need about {gib(shape.peak(WORST_ROWS, requested))} (d_model {shape.d_model}, "
         f"{shape.layers} layers, {shape.heads} heads), over {int(PROBE_SHARE * 100)}% of the {limit.source} "
         f"({gib(limit.bytes)}); {fits} fits. Run on a machine with more memory for longer probes"))

@@ -39,6 +39,8 @@ class Facts:
     head: str | None = None  # a submodule forward does not call that maps its states to logits
     #: the largest length the model's position tables hold, found in the trial forward (None: none found)
     capacity: int | None = None
+    #: the longest probe the memory budget allows, when shorter than the default probes (tfcheck.engine.memory)
+    memory_cap: int | None = None
     #: forward returns its output flattened to (batch·length, ...) rows, as a loss takes them (the trial shows it)
     flat_output: bool | None = None
     # ----- declared only: nothing in a model says them ------------------------------------------------

@@ -38,10 +38,18 @@ def memory_limit() -> Limit:
 
 
 def limit_for(subject: Subject) -> Limit:
-    """The declared memory_budget, or the machine's limit."""
+    """The declared memory_budget, else the declared accelerator's total memory (``torch.cuda.mem_get_info``'s
+    total, not its free part: the same in every process), else the machine's limit."""
     declared = subject.facts.memory_budget
     if declared is not None:
         return Limit(declared, f"memory_budget ({subject.source_of('memory_budget')})")
+    device = subject.facts.device
+    if device is not None and device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            _, total = torch.cuda.mem_get_info(torch.device(device))
+            return Limit(int(total), f"{device} memory")
     return memory_limit()
 
 

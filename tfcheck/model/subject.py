@@ -84,9 +84,9 @@ class Subject:
 
     def length_cap(self) -> int:
         """The longest probe: max_len and the capacity (``tfcheck.model.capacity``, settled by the trial
-        forward; collection, before it, reads max_len alone), but never over PROBE_LENGTH_CAP unless probe_len
-        asks for more."""
-        limits = [n for n in (self.facts.max_len, self.facts.capacity) if n]
+        forward; collection, before it, reads max_len alone) and the memory budget's cap, but never over
+        PROBE_LENGTH_CAP unless probe_len asks for more."""
+        limits = [n for n in (self.facts.max_len, self.facts.capacity, self.facts.memory_cap) if n]
         return min([probe_cap(self), *limits])
 
     def probe_length(self, default: int = PROBE_LENGTH) -> int:
