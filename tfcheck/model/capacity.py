@@ -18,6 +18,7 @@ from tfcheck.model.observed import Observed, Sighting
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
+    from tfcheck.model.loaded import Loaded
     from tfcheck.model.subject import Subject
 
 #: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).
@@ -80,14 +81,13 @@ def stated_lengths(subject: Subject) -> list[tuple[int, str]]:
     return out
 
 
-def user_value(loaded: Any, name: str, value: int) -> int | None:
+def user_value(loaded: Loaded, name: str, value: int) -> int | None:
     """The length the user stated for ``name``: ``value`` unless tfcheck filled it (None: no promise) or shrank
     it (the user's default, which the shrunk build no longer shows)."""
-    shrunk = getattr(loaded, "shrunk", None) or {}
-    if name in shrunk and shrunk[name][1] == value:
-        original = shrunk[name][0]
+    if name in loaded.shrunk and loaded.shrunk[name][1] == value:
+        original = loaded.shrunk[name][0]
         return original if isinstance(original, int) and not isinstance(original, bool) else None
-    filled = {**(getattr(loaded, "filled", None) or {}), **(getattr(loaded, "config_filled", None) or {})}
+    filled = {**loaded.filled, **loaded.config_filled}
     if name in filled and filled[name] == value:
         return None
     return value

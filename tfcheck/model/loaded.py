@@ -29,7 +29,3 @@ class Loaded:
     #: the constructor refused the shrunk sizes and the defaults were built instead: what raised, and where
     size_constraint: str | None = None
 
-    def chosen_by_tfcheck(self, name: str) -> bool:
-        """Whether tfcheck, not the user, chose the value of this argument or config field (filled or shrunk):
-        such a max_len is tfcheck's, never a capacity the user promised."""
-        return name in self.filled or name in self.shrunk or name in self.config_filled
