@@ -219,7 +219,7 @@ class TfcheckModel(pytest.Collector):
         self.runner: Runner | None = None  # built by collect()
 
     def collect(self):
-        from tfcheck.engine.runner import Runner, applicable_checks, load_subject
+        from tfcheck.engine.runner import Runner, applicable_checks, load_subject, may_apply_after_trial
         from tfcheck.model import declarations as decl
 
         state = self.config.stash[STATE]
@@ -230,8 +230,12 @@ class TfcheckModel(pytest.Collector):
             raise TfcheckLoadError(str(exc)) from None
         subject.loaded.spec = self.label  # one spec listed twice (two sizes) is told apart by its name
         self.runner = Runner(subject)
-        for chk in checks:
-            item = TfcheckItem.from_parent(self, name=chk.id, check=chk)
+        # Collection runs no forward, but a fact the trial forward settles (a padding mask built inside) may make
+        # a check apply: such a check is an item too, skipped with its reason if it still does not apply, so
+        # that pytest runs what tfcheck check runs.
+        later = {c.id for c in may_apply_after_trial(subject, checks)}
+        for chk in all_checks_in_order(checks, later):
+            item = TfcheckItem.from_parent(self, name=chk.id, check=chk, late=chk.id in later)
             item.add_marker("tfcheck")
             yield item
 
@@ -244,9 +248,10 @@ class TfcheckModel(pytest.Collector):
 class TfcheckItem(pytest.Item):
     """One check on one model."""
 
-    def __init__(self, *, check: Check, **kwargs: Any) -> None:
+    def __init__(self, *, check: Check, late: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
+        self.late = late  # not applicable before the trial forward; it may be after
         self.payload: str | None = None
 
     def runtest(self) -> None:
@@ -254,6 +259,9 @@ class TfcheckItem(pytest.Item):
 
         model = cast(TfcheckModel, self.parent)  # pytest types it Node | None; an item's parent is its model
         assert model.runner is not None  # collect() built it before yielding this item
+        if self.late and model.runner.late_reason(self.check) is not None:
+            raise pytest.skip.Exception(f"not applicable: {model.runner.late_reason(self.check)}",
+                                        _use_item_location=True)
         result = model.runner.result(self.check)
         self.payload = json.dumps({
             "spec": model.label, "assumptions": [a.to_dict() for a in model.runner.subject.assumptions],
@@ -282,3 +290,11 @@ class TfcheckItem(pytest.Item):
 
     def reportinfo(self):
         return self.parent.spec, 0, f"tfcheck {self.parent.spec}::{self.check.id}"
+
+
+def all_checks_in_order(checks: list[Check], later: set[str]) -> list[Check]:
+    """The checks that apply and those that may after the trial, in battery order."""
+    from tfcheck.engine.battery import all_checks
+
+    chosen = {c.id for c in checks} | later
+    return [c for c in all_checks() if c.id in chosen]

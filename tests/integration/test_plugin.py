@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -20,12 +21,20 @@ BAD_LINEAR = "reference_model.broken:LinearInFeaturesMismatch"
 FOUNDATION = ("-k", "smoke or contract")
 
 
-def battery_size(spec: str, **declarations) -> int:
-    """How many items the battery has for a model: its applicable checks."""
-    from tfcheck.engine.runner import applicable_checks, load_subject
+def item_counts(spec: str, **declarations) -> tuple[int, int]:
+    """A model's items: the checks that apply, and those collected because the trial forward may make them
+    apply (skipped with their reason when it does not)."""
+    from tfcheck.engine.runner import applicable_checks, load_subject, may_apply_after_trial
     from tfcheck.model.declarations import from_mapping
 
-    return len(applicable_checks(load_subject(spec, from_mapping(declarations, "test"))))
+    subject = load_subject(spec, from_mapping(declarations, "test"))
+    applicable = applicable_checks(subject)
+    return len(applicable), len(may_apply_after_trial(subject, applicable))
+
+
+def battery_size(spec: str, **declarations) -> int:
+    """How many items the battery has for a model."""
+    return sum(item_counts(spec, **declarations))
 
 
 def test_one_item_per_check_with_readable_ids(pytester):
@@ -35,7 +44,8 @@ def test_one_item_per_check_with_readable_ids(pytester):
 
 def test_reference_model_passes(pytester):
     result = pytester.runpytest("--tfcheck", LM)
-    result.assert_outcomes(passed=battery_size(LM))
+    applicable, late = item_counts(LM)
+    result.assert_outcomes(passed=applicable, skipped=late)  # decode.cache, train.target_leak: not applicable
     result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
 
 
@@ -144,7 +154,7 @@ def test_parallel_run_gives_the_same_results_as_a_serial_run(pytester):
                  [(f["status"], f["message"], f["evidence"], f["row"]) for f in c["findings"]])
                 for m in json.loads(path.read_text())["models"] for c in m["checks"]]
 
-    assert len(verdicts(serial)) == battery_size(LM) + battery_size(HEADLESS)
+    assert len(verdicts(serial)) == item_counts(LM)[0] + item_counts(HEADLESS)[0]  # no report line for a skip
     assert verdicts(serial) == verdicts(parallel)
 
 
@@ -185,3 +195,24 @@ def test_junit_xml_carries_no_payload(pytester):
         passed=2, deselected=battery_size(LM) - 2)
     text = xml.read_text()
     assert 'tests="2"' in text and "tfcheck_payload" not in text and '"findings"' not in text
+
+
+def test_a_check_the_trial_forward_makes_apply_runs_under_pytest_as_in_tfcheck_check(pytester, monkeypatch):
+    """PadIdSeq2Seq builds its padding mask inside from its pad ids: only the trial forward shows it, so
+    numerics.nan_source applies after the trial. Collection runs no forward; the item is collected anyway, and
+    pytest and tfcheck check report the same checks."""
+    support = str(Path(__file__).resolve().parents[1] / "support")
+    pytester.syspathinsert(support)
+    spec = "frontdoor_call_pads:PadIdSeq2Seq"
+    result = pytester.runpytest("--tfcheck", spec, "--tfcheck-json", "p.json", "-p", "no:randomly")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()[-3000:]
+    monkeypatch.syspath_prepend(support)
+    monkeypatch.chdir(pytester.path)
+    from tfcheck.cli import main
+
+    main(["check", spec, "--json", "c.json"])
+    checks = {name: [c["check"] for c in json.loads((pytester.path / name).read_text())["models"][0]["checks"]]
+              for name in ("p.json", "c.json")}
+    assert "numerics.nan_source" in checks["c.json"]
+    assert checks["p.json"] == checks["c.json"]

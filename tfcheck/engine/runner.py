@@ -84,6 +84,19 @@ class Runner:
             return blocked(chk, smoke)
         return run_check(self.subject, chk)
 
+    def late_reason(self, chk: Check) -> str | None:
+        """Why a check collected before the trial (it did not apply then) still does not apply after it; None
+        when it now applies (its "not applicable" note is then dropped, as tfcheck check drops it)."""
+        smoke = self.smoke()  # runs the trial
+        if smoke.status in (Status.FAIL, Status.ERROR) or over_budget(smoke):
+            return None  # blocked like any check: result() says so
+        why = chk.not_applicable(self.subject)
+        if why is not None:
+            return why.reason
+        self.subject.assumptions[:] = [a for a in self.subject.assumptions
+                                       if not (a.key == NotApplicable.PREFIX and a.value == chk.id)]
+        return None
+
     def smoke(self) -> CheckResult:
         if self._smoke is None:
             self._smoke = run_check(self.subject, next(c for c in all_checks() if c.id == SMOKE))
@@ -103,6 +116,14 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
         done[chk.id] = runner.result(chk)
     results = [done[c.id] for c in all_checks() if c.id in done]
     return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
+
+
+def may_apply_after_trial(subject: Subject, applicable: list[Check]) -> list[Check]:
+    """The checks that do not apply now but whose kind they apply to: a fact only the trial forward settles
+    (mask=internal, causal from the mask-building code) may make them apply. The pytest plugin collects them
+    as items, which the runner skips with the reason if they still do not apply."""
+    now = {c.id for c in applicable}
+    return [c for c in all_checks() if c.id not in now and c.applies_to(subject.kind)]
 
 
 def applicable_checks_after_trial(subject: Subject, only: Iterable[str] | None) -> list[Check]:
