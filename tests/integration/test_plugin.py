@@ -45,7 +45,7 @@ def test_one_item_per_check_with_readable_ids(pytester):
 def test_reference_model_passes(pytester):
     result = pytester.runpytest("--tfcheck", LM)
     applicable, late = item_counts(LM)
-    result.assert_outcomes(passed=applicable, skipped=late)  # decode.cache, train.target_leak: not applicable
+    result.assert_outcomes(passed=applicable, skipped=late)  # late: may apply after the trial, skipped if not
     result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
 
 
@@ -216,3 +216,14 @@ def test_a_check_the_trial_forward_makes_apply_runs_under_pytest_as_in_tfcheck_c
               for name in ("p.json", "c.json")}
     assert "numerics.nan_source" in checks["c.json"]
     assert checks["p.json"] == checks["c.json"]
+
+
+def test_only_checks_whose_applicability_reads_a_fact_the_trial_settles_are_collected_late():
+    from tfcheck.engine.runner import applicable_checks, load_subject, may_apply_after_trial
+
+    subject = load_subject("reference_model:TransformerLM", {})
+    late = {c.id for c in may_apply_after_trial(subject, applicable_checks(subject))}
+    assert late == set()  # its two inapplicable checks are so by its signature: no forward changes that
+    mymodel = load_subject(str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "mymodel.py") + ":Model")
+    late = {c.id for c in may_apply_after_trial(mymodel, applicable_checks(mymodel))}
+    assert late == {"mask.padding", "numerics.nan_source", "embedding.padding"}  # a padding mask built inside

@@ -4,6 +4,7 @@ caught here: from the model it becomes a failed finding, from tfcheck an error f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -18,7 +19,7 @@ from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.model.subject import Subject
-from tfcheck.model.trial import Trial
+from tfcheck.model.trial import SETTLED_BY_TRIAL, Trial
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
@@ -119,11 +120,32 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
 
 
 def may_apply_after_trial(subject: Subject, applicable: list[Check]) -> list[Check]:
-    """The checks that do not apply now but whose kind they apply to: a fact only the trial forward settles
-    (mask=internal, causal from the mask-building code) may make them apply. The pytest plugin collects them
-    as items, which the runner skips with the reason if they still do not apply."""
+    """The checks that do not apply now, to the subject's kind, for a reason read from a fact the trial forward
+    may settle (mask=internal from the mask-building code, causal from a look-ahead mask it builds): they may
+    apply after it. The pytest plugin collects them as items, skipped with the reason if they still do not."""
     now = {c.id for c in applicable}
-    return [c for c in all_checks() if c.id not in now and c.applies_to(subject.kind)]
+    return [c for c in all_checks() if c.id not in now and c.applies_to(subject.kind)
+            and facts_read_by(c, subject) & SETTLED_BY_TRIAL]
+
+
+def facts_read_by(chk: Check, subject: Subject) -> set[str]:
+    """The facts a check's applicability reads (its ``applies`` run on a view of the facts that notes them)."""
+    seen = _FactsRead(subject.facts)
+    chk.not_applicable(dataclasses.replace(subject, facts=seen))  # type: ignore[arg-type]
+    read: set[str] = seen.read
+    return read
+
+
+class _FactsRead:
+    """The subject's facts, noting each one read."""
+
+    def __init__(self, facts: Any):
+        object.__setattr__(self, "facts", facts)
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self.facts, name)
 
 
 def applicable_checks_after_trial(subject: Subject, only: Iterable[str] | None) -> list[Check]:

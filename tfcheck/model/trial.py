@@ -128,6 +128,11 @@ def adopt_structure(subject: Subject, observed: Observed) -> bool:
     return settled(subject.facts) != before
 
 
+#: The facts the ADOPTERS may settle from the trial's structure: a check whose applicability reads one of them
+#: may apply after the trial when it did not before (the pytest plugin collects such checks anyway).
+SETTLED_BY_TRIAL = frozenset({"mask", "pad_id", "target_pad_id", "causal", "causal_mask", "batch_first", "head",
+                              "flat_output", "capacity", "output", "returns"})
+
 #: Facts that leave the trial's probe as it was when they change: the capacity caps longer probes only (a
 #: probe of another length is another cache entry anyway).
 NOT_IN_THE_PROBE = frozenset({"sources", "capacity"})
