@@ -90,6 +90,8 @@ def test_without_a_schedule_lr_warmup_does_not_apply_and_says_what_to_declare():
     ("reference_model:TransformerLM", "Post-LN"), (lambda: TransformerLM(norm_first=True), "Pre-LN"),
     (nn_encoder, "Post-LN"), ("transformers:GPT2LMHeadModel", "Pre-LN"), ("transformers:BertModel", "Post-LN"),
     ("transformers:LlamaForCausalLM", "Pre-LN"),
+    # LayerNorm written by hand, as the Annotated Transformer and the books write it: no layer_norm op
+    (lambda: zt.HandNormEncoder(pre_ln=True), "Pre-LN"), (lambda: zt.HandNormEncoder(pre_ln=False), "Post-LN"),
 ])
 def test_norm_placement_is_read_from_the_dataflow(model, placement):
     pytest.importorskip("transformers")

@@ -210,3 +210,47 @@ class DropoutNeverApplied(TransformerLM):
             for name, child in list(parent.named_children()):
                 if type(child) is nn.Dropout:
                     setattr(parent, name, _InertDropout(child.p))
+
+
+class HandWrittenLayerNorm(nn.Module):
+    """The Annotated Transformer's LayerNorm: a_2 * (x - mean) / (std + eps) + b_2, no nn.LayerNorm op."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+class HandNormEncoder(nn.Module):
+    """Two blocks around hand-written norms: Pre-LN as the Annotated Transformer's SublayerConnection
+    (x + sublayer(norm(x))), or Post-LN (norm(x + sublayer(x)))."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self, pre_ln: bool = True, vocab_size: int = 101, d: int = 32):
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.emb = nn.Embedding(vocab_size, d)
+        self.attn = nn.ModuleList(nn.MultiheadAttention(d, 4, batch_first=True) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, d)) for _ in range(2))
+        self.norm1 = nn.ModuleList(HandWrittenLayerNorm(d) for _ in range(2))
+        self.norm2 = nn.ModuleList(HandWrittenLayerNorm(d) for _ in range(2))
+        self.out = nn.Linear(d, vocab_size)
+
+    def forward(self, input_ids):
+        x = self.emb(input_ids)
+        for attn, ffn, n1, n2 in zip(self.attn, self.ffn, self.norm1, self.norm2):
+            if self.pre_ln:
+                h = n1(x)
+                x = x + attn(h, h, h, need_weights=False)[0]
+                x = x + ffn(n2(x))
+            else:
+                x = n1(x + attn(x, x, x, need_weights=False)[0])
+                x = n2(x + ffn(x))
+        return self.out(x)

@@ -21,6 +21,9 @@ ID = "norm.placement"
 NORM_OPS = frozenset({"layer_norm", "rms_norm", "group_norm"})
 #: RMSNorm written by hand (Llama, T5): x * rsqrt(mean(x^2) + eps) inside one module.
 RMS_OPS = frozenset({"rsqrt"})
+#: LayerNorm written by hand (the Annotated Transformer, the books): a_2 * (x - mean) / (std + eps) + b_2 inside
+#: one module: a mean and a spread of the same tensor over its last axis.
+SPREAD_OPS = frozenset({"std", "var", "std_mean", "var_mean"})
 #: A schedule "warms up" when its first rate is below this share of its peak over the first steps.
 WARMUP_RATIO = 0.5
 WARMUP_LOOK = 2000
@@ -64,18 +67,31 @@ def norm_placement(ctx) -> list[Finding]:
 
 
 def _norms(rec: Recording) -> list[Norm]:
-    """Normalisations: a layer_norm / rms_norm op, or a module computing x * rsqrt(...) by hand."""
+    """Normalisations: a layer_norm / rms_norm op, or a module computing one by hand (x * rsqrt(...), or
+    (x - mean) / (std + eps) over the last axis)."""
     out = []
     for op in rec.ops:
         if op.level == "function" and op.short_name in NORM_OPS and op.input_ids and op.output_ids:
             out.append(Norm(op.module, op.input_ids[0], op.output_ids[0]))
     seen = {n.output_id for n in out}
     for call in rec.calls:
-        direct = [o for o in rec.ops_in(call) if o.call == call.index]
+        direct = [o for o in rec.ops_in(call) if o.call == call.index and o.level == "function"]
         if call.input_ids and call.output_ids and call.output_ids[0] not in seen and \
-                any(o.short_name in RMS_OPS for o in direct) and not any(o.short_name in NORM_OPS for o in direct):
+                not any(o.short_name in NORM_OPS for o in direct) and (
+                    any(o.short_name in RMS_OPS for o in direct) or _standardises(call.input_ids[0], direct)):
             out.append(Norm(call.path, call.input_ids[0], call.output_ids[0]))
     return out
+
+
+def _standardises(x: int, ops: list) -> bool:
+    """A mean and a spread (std / var) of the module's input ``x`` over its last axis, both in the module."""
+    def over_last_axis(op) -> bool:
+        if not op.input_ids or op.input_ids[0] != x or not op.inputs:
+            return False
+        dim = op.scalars.get("dim", op.scalars.get("positional", {}).get(1))
+        return dim in (-1, len(op.inputs[0].shape) - 1)
+    return any(o.short_name == "mean" and over_last_axis(o) for o in ops) and \
+        any(o.short_name in SPREAD_OPS and over_last_axis(o) for o in ops)
 
 
 def _placed(graph: Dataflow, norms: list[Norm], residuals) -> tuple[list[Norm], list[Norm]]:
