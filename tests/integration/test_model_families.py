@@ -257,3 +257,13 @@ def test_a_sublayer_adding_its_own_input_back_is_a_residual():
     assert result.status is Status.PASS, str(result)
     missing = tfcheck.run_checks(NoResidualAroundAttention, only=["shape.residual"]).models[0].result("shape.residual")
     assert missing.status is Status.WARN and missing.findings[0].row == "residual-missing"
+
+
+@pytest.mark.parametrize("spec", ["zoo_families:OneSumParallelGPT", "transformers:CohereForCausalLM"])
+def test_a_parallel_block_joined_to_the_stream_in_one_sum_is_a_residual(spec):
+    """Cohere's block computes attention and MLP from one norm, then returns residual + attn + mlp: the second
+    add's stream is a term of its first operand. It warned 'no residual path around the feed-forward'."""
+    if spec.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    result = tfcheck.run_checks(spec, only=["shape.residual"]).models[0].result("shape.residual")
+    assert result.status is Status.PASS, str(result)

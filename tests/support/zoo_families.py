@@ -434,3 +434,27 @@ def x_decoder_rotary():
     return TransformerWrapper(num_tokens=VOCAB, max_seq_len=MAX_LEN, use_abs_pos_emb=False,
                               attn_layers=Decoder(dim=D, depth=LAYERS, heads=HEADS, attn_dim_head=D // HEADS,
                                                   rotary_pos_emb=True, verbose=False))  # small heads: no advice
+
+
+class _OneSumBlock(_Block):
+    """Cohere's parallel block: both branches computed first, then joined to the stream in one expression,
+    residual + attention + mlp (two adds, the second of which adds the MLP to a sum)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        del self.ln_2
+
+    def forward(self, x):
+        h = self.ln_1(x)
+        attention = self.attn(h)
+        mlp = self.mlp(h)
+        return x + attention + mlp
+
+
+class OneSumParallelGPT(GPT):
+    """nanoGPT with Cohere-style parallel blocks (x + attn(ln(x)) + mlp(ln(x)), branches computed first)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        _seed()
+        self.transformer.h = nn.ModuleList([_OneSumBlock(config) for _ in range(config.n_layer)])

@@ -29,6 +29,8 @@ class Residual:
     stream: tuple  # shape of the operand that skips the sublayer
     branch: tuple  # shape of the operand computed through it
     sublayer: ModuleCall | None
+    #: the stream the sublayer was computed from: one of the add's operands, or a term of one (a parallel block)
+    stream_id: int | None = None
 
 
 @check(ID, "residual adds keep (batch, length, d_model); attention and FFN sit inside a residual",
@@ -147,11 +149,22 @@ class Dataflow:
                 continue
             for (x, xm), (y, ym) in (((op.input_ids[0], op.inputs[0]), (op.input_ids[1], op.inputs[1])),
                                      ((op.input_ids[1], op.inputs[1]), (op.input_ids[0], op.inputs[0]))):
-                sub = self._sublayer(x, y, op)
-                if sub is not None:
-                    out.append(Residual(op, xm.shape, ym.shape, sub))
+                found = next(((t, c) for t in self._summed(x) if (c := self._sublayer(t, y, op)) is not None), None)
+                if found is not None:
+                    out.append(Residual(op, xm.shape, ym.shape, found[1], found[0]))
                     break
         return out
+
+    def _summed(self, x: int, depth: int = 3) -> list[int]:
+        """``x`` and, when ``x`` is itself a sum, the terms it adds (to ``depth``): a parallel block adds its
+        sublayers to the stream in one expression (residual + attn + mlp, Cohere's and GPT-J's), so the stream
+        an mlp branch was computed from is a term of the add's other operand, not that operand."""
+        terms = [x]
+        op = self.by_index.get(self.made_by.get(x, -1))
+        if depth and op is not None and op.short_name in ADDS and len(op.input_ids) == 2:
+            for term in op.input_ids:
+                terms += [t for t in self._summed(term, depth - 1) if t not in terms]
+        return terms
 
     def _sublayer(self, x: int, y: int, add: OpEvent) -> ModuleCall | None:
         """The heaviest module call that took ``x`` (or a normalised x) in and led to ``y``, outside the add's
@@ -213,7 +226,9 @@ class Dataflow:
         """Whether residual add ``r`` carries the stream around sublayer ``call``: its stream predates the
         call, and its other operand is the call's output (an add after it) or was made inside the call (an
         add the sublayer does itself: ALBERT's LayerNorm(x + attention), Bloom's dropout_add)."""
-        if min(self.made_by.get(t, -1) for t in r.add.input_ids) >= call.first_op:
+        stream_made = self.made_by.get(r.stream_id, -1) if r.stream_id is not None else \
+            min(self.made_by.get(t, -1) for t in r.add.input_ids)
+        if stream_made >= call.first_op:
             return False
         if r.add.index > call.last_op:
             return any(self.depends(t, set(call.output_ids)) for t in r.add.input_ids)
