@@ -212,7 +212,7 @@ class DropoutNeverApplied(TransformerLM):
                     setattr(parent, name, _InertDropout(child.p))
 
 
-class HandWrittenLayerNorm(nn.Module):
+class _HandWrittenLayerNorm(nn.Module):
     """The Annotated Transformer's LayerNorm: a_2 * (x - mean) / (std + eps) + b_2, no nn.LayerNorm op."""
 
     def __init__(self, features: int, eps: float = 1e-6):
@@ -239,8 +239,8 @@ class HandNormEncoder(nn.Module):
         self.emb = nn.Embedding(vocab_size, d)
         self.attn = nn.ModuleList(nn.MultiheadAttention(d, 4, batch_first=True) for _ in range(2))
         self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, d)) for _ in range(2))
-        self.norm1 = nn.ModuleList(HandWrittenLayerNorm(d) for _ in range(2))
-        self.norm2 = nn.ModuleList(HandWrittenLayerNorm(d) for _ in range(2))
+        self.norm1 = nn.ModuleList(_HandWrittenLayerNorm(d) for _ in range(2))
+        self.norm2 = nn.ModuleList(_HandWrittenLayerNorm(d) for _ in range(2))
         self.out = nn.Linear(d, vocab_size)
 
     def forward(self, input_ids):
