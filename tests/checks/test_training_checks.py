@@ -256,3 +256,16 @@ def test_a_layer_on_an_optional_path_is_a_warning_that_names_both_stories():
     finding = result.findings[0]
     assert finding.evidence["optional_inputs_left_out"] == ["global_mask"]
     assert "optional branch" in finding.message and "never used in forward" in finding.message
+
+
+def test_a_configure_optimizers_taking_a_train_config_gets_one():
+    """minGPT's configure_optimizers(train_config) reads .learning_rate, .betas and .weight_decay."""
+    finding = result(zt.TrainConfigOptimizers, "lr.warmup").findings[0]
+    assert finding.status is Status.PASS and "configure_optimizers()" in finding.message
+
+
+def test_a_configure_optimizers_tfcheck_cannot_call_is_inconclusive_not_the_models_failure():
+    finding = result(zt.OptimizersNeedATokenizer, "lr.warmup").findings[0]
+    assert finding.status is Status.SKIP, finding
+    assert "configure_optimizers needs tokenizer, which tfcheck cannot fill" in finding.message
+    assert "schedule=mytrain:make_scheduler" in finding.message

@@ -254,3 +254,27 @@ class HandNormEncoder(nn.Module):
                 x = n1(x + attn(x, x, x, need_weights=False)[0])
                 x = n2(x + ffn(x))
         return self.out(x)
+
+
+class TrainConfigOptimizers(nn.Module):
+    """minGPT's configure_optimizers(train_config): the settings come in a config read by attribute."""
+
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self, vocab_size: int = 101, d: int = 32):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(vocab_size, d), nn.Linear(d, vocab_size)
+
+    def configure_optimizers(self, train_config):
+        return torch.optim.AdamW(self.parameters(), lr=train_config.learning_rate, betas=train_config.betas,
+                                 weight_decay=train_config.weight_decay)
+
+    def forward(self, input_ids):
+        return self.out(self.emb(input_ids))
+
+
+class OptimizersNeedATokenizer(TrainConfigOptimizers):
+    """A configure_optimizers tfcheck cannot call: a parameter it has no value for."""
+
+    def configure_optimizers(self, tokenizer):
+        return torch.optim.AdamW(self.parameters(), lr=len(tokenizer) * 1e-6)

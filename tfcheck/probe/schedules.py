@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from tfcheck.model import names
+from tfcheck.model.recording_config import AttrDict
 from tfcheck.model.user_code import user_code
 
 #: Base rate given to a ``fn(optimizer) -> scheduler`` factory when ``lr`` is not declared: with 1.0 a
@@ -49,6 +51,7 @@ class Curve:
     planned_source: str
     error: str | None = None  # the exception that ended stepping
     error_step: int | None = None
+    limitation: str | None = None  # why tfcheck could not build the schedule (its own limit, not the model's bug)
 
     @property
     def peak_step(self) -> int:
@@ -91,18 +94,32 @@ def _from_factory(subject, factory: Callable) -> Schedule:
     return Schedule(build, f"schedule {_name(factory)}(optimizer)", declared_lr is not None, base, where)
 
 
+class CannotCall(Exception):
+    """tfcheck cannot call the model's schedule factory as it is written: a limitation of tfcheck, never the
+    model's bug (the check that needs it is inconclusive and says what to declare)."""
+
+
+def _is_config_parameter(name: str) -> bool:
+    """minGPT's configure_optimizers(train_config), Lightning-style (config / cfg / args / hparams)."""
+    return name in names.CONFIG_PARAMS or name.endswith(("config", "cfg", "_args", "hparams"))
+
+
 def _from_configure_optimizers(subject) -> Schedule:
     def build():
         clone = copy.deepcopy(subject.model)
         method = clone.configure_optimizers
-        fill = {"weight_decay": 0.0, "learning_rate": subject.facts.lr or 1e-3, "lr": subject.facts.lr or 1e-3,
-                "betas": (0.9, 0.95), "device_type": subject.device.type, "device": subject.device}
+        fill: dict[str, Any] = {"weight_decay": 0.0, "learning_rate": subject.facts.lr or 1e-3,
+                                "lr": subject.facts.lr or 1e-3, "betas": (0.9, 0.95),
+                                "device_type": subject.device.type, "device": subject.device}
         params = inspect.signature(method).parameters
+        # A training config gets the same settings by attribute or key (minGPT reads train_config.learning_rate,
+        # .betas, .weight_decay); any other field it reads raises, as a config lacking it would.
+        fill.update({n: AttrDict(fill) for n in params if n not in fill and _is_config_parameter(n)})
         missing = [n for n, p in params.items() if p.default is p.empty and n not in fill
                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if missing:
-            raise TypeError(f"configure_optimizers needs {', '.join(missing)}, which tfcheck cannot fill; "
-                            + DECLARE_SCHEDULE)
+            raise CannotCall(f"configure_optimizers needs {', '.join(missing)}, which tfcheck cannot fill; "
+                             + DECLARE_SCHEDULE)
         return _unpack(method(**{n: fill[n] for n in params if n in fill}))
     return Schedule(build, "the model's configure_optimizers()", True, None, "the optimizer it builds")
 
@@ -146,6 +163,9 @@ def lr_curve(subject, schedule: Schedule, steps: int | None = None) -> Curve:
                 optimizer, scheduler = schedule.build()
             if optimizer is None:
                 raise TypeError(f"the schedule returned {type(scheduler).__name__}, with no optimizer in it")
+        except CannotCall as exc:
+            curve.limitation = str(exc)
+            return curve
         except Exception as exc:
             curve.error, curve.error_step = f"{type(exc).__name__}: {exc}", 0
             return curve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.engine.registry import NotApplicable, check, inconclusive
 from tfcheck.probe.schedules import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -34,6 +34,8 @@ def lr_warmup(ctx) -> list[Finding]:
     schedule = find_schedule(subject)
     assert schedule is not None  # the check applies only where there is one
     curve = lr_curve(subject, schedule)
+    if curve.limitation is not None:
+        return [inconclusive(ID, curve.limitation, evidence={"schedule": schedule.source})]
     evidence = _evidence(subject, curve)
     if curve.error_step == 0:
         return [_raised_at_start(curve, evidence)]

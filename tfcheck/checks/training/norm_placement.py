@@ -118,8 +118,9 @@ def _post_ln(subject, placement: str, post: list[Norm], where: Location, evidenc
                        f"that is not judged ({DECLARE_SCHEDULE})", where, {**evidence, "schedule": None})
     curve = lr_curve(subject, schedule, steps=_look(subject))
     if curve.error is not None or not curve.rates:
-        return Finding(ID, Status.PASS, f"{head}; the schedule could not be stepped ({curve.error}), so its warmup "
-                       "is not judged here (lr.warmup reports it)", where, evidence)
+        why = curve.error or curve.limitation
+        return Finding(ID, Status.PASS, f"{head}; the schedule could not be stepped ({why}), so its warmup is not "
+                       "judged here (lr.warmup reports it)", where, evidence)
     peak = max(curve.rates)
     first = curve.rates[0]
     evidence.update(schedule=schedule.source, first_rate=first, peak_rate=peak, peak_step=curve.peak_step,
