@@ -66,9 +66,7 @@ class MaskFollower:
             reads, torch_attention = found
             self.uses.append(MaskUse(argument, name, where, reads, torch_attention))
             return
-        # The mask reshaped, combined with a padding mask, compared or converted: still the caller's mask. An op
-        # that mixes it into hidden states does not carry it on.
-        if all(id(t) in self.tracked for t in inputs) or name in APPLIERS or any(o.dtype == torch.bool for o in outs):
+        if still_the_mask(name, all(id(t) in self.tracked for t in inputs), outs):
             for o in outs:
                 self.alive.append(o)
                 self.tracked[id(o)] = (argument, keep)
@@ -103,9 +101,7 @@ class MaskFollower:
         return None
 
     def scores(self, t: torch.Tensor) -> bool:
-        """Attention scores: a float tensor with batch (or heads) and query axes before a key axis of a probe
-        length. A (length, length) float is a mask being built (torch's own bool-to-float conversion)."""
-        return t.is_floating_point() and t.dim() >= 3 and int(t.shape[-1]) in self.lengths
+        return is_scores(t, self.lengths)
 
     @staticmethod
     def relation(blocked: torch.Tensor, keep: torch.Tensor) -> str:
@@ -119,6 +115,20 @@ class MaskFollower:
         if bool((first == keep).all()):
             return "blocked"
         return ""
+
+
+def is_scores(t: torch.Tensor, lengths: frozenset[int]) -> bool:
+    """Attention scores: a float tensor with batch (or heads) and query axes before a key axis of a probe
+    length. A (length, length) float is a mask being built (torch's own bool-to-float conversion)."""
+    return t.is_floating_point() and t.dim() >= 3 and int(t.shape[-1]) in lengths
+
+
+def still_the_mask(name: str, only_masks_in: bool, outs: list) -> bool:
+    """Whether an op's outputs are still the mask followed into it: the mask reshaped, combined with another
+    mask, compared or converted (``only_masks_in``: every tensor input is a followed mask), applied to a
+    tensor (``zeros.masked_fill(mask, -inf)``), or a bool / integer result (uint8 where it met a ByteTensor).
+    An op that mixes it into hidden states does not carry it on."""
+    return only_masks_in or name in APPLIERS or any(not o.is_floating_point() for o in outs)
 
 
 def keep_pattern(value: Any) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.model.mask_uses import MaskFollower, MaskUse
+from tfcheck.model.mask_uses import ADDS, APPLIERS, ATTENTION, MaskFollower, MaskUse, is_scores, still_the_mask
 from tfcheck.probe.frames import short_path
 from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
 
@@ -28,9 +28,10 @@ COMPARISONS = frozenset({"eq", "ne", "__eq__", "__ne__"})
 #: Ops that build a look-ahead mask from a square.
 TRIANGLES = frozenset({"tril", "triu", "tril_", "triu_"})
 #: Ops that apply a mask to attention scores: (op, index of the mask among the positional arguments).
-MASK_APPLIERS = {"masked_fill": 1, "masked_fill_": 1, "where": 0}
-SCORE_ADDS = frozenset({"add", "__add__", "__radd__", "add_", "__iadd__", "sub", "__sub__"})
-ATTENTIONS = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward"})
+MASK_APPLIERS = {name: index for name, (index, _) in APPLIERS.items()}
+#: A padding mask reaches the scores also when subtracted from them ((1 - mask) * 1e9).
+SCORE_ADDS = ADDS | {"sub", "__sub__"}
+ATTENTIONS = frozenset(ATTENTION)
 SOFTMAXES = frozenset({"softmax", "_softmax"})
 
 
@@ -197,11 +198,7 @@ class Observer:
                     self.reached.add((found.role, found.size))
                     self.observed.pad_comparisons.append(found)
             return
-        # The mask itself reshaped, combined or converted (unsqueeze, &, float() * -1e9, zeros.masked_fill):
-        # still the comparison's mask. An op that mixes it into the hidden states does not carry it on.
-        mask_only = all(id(t) in self.compared for t in inputs) or name in MASK_APPLIERS or \
-            any(not o.is_floating_point() for o in outs)  # bool, or uint8 where it met a ByteTensor
-        if mask_only:
+        if still_the_mask(name, all(id(t) in self.compared for t in inputs), outs):
             for o in outs:
                 self.keep(o)
                 self.compared[id(o)] = marked[0]
@@ -211,8 +208,7 @@ class Observer:
         length, with batch and query axes before it)."""
         if name in ATTENTIONS:
             return True
-        others = [t for t in inputs if id(t) not in self.compared]
-        scores = any(t.dim() >= 3 and t.shape[-1] in self.lengths and t.is_floating_point() for t in others)
+        scores = any(is_scores(t, self.lengths) for t in inputs if id(t) not in self.compared)
         if name in MASK_APPLIERS:
             index = MASK_APPLIERS[name]
             return index < len(args) and id(args[index]) in self.compared and scores
