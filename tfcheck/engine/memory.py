@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 
 from tfcheck.model import names
-from tfcheck.model.memory_limits import Limit, gib, limit_for
+from tfcheck.model.memory_limits import Limit, limit_for
+from tfcheck.model.sizing import human
 from tfcheck.model.subject import PROBE_LENGTH_CAP, Subject
 from tfcheck.report.report import Assumption
 
@@ -86,9 +87,9 @@ def fit_probes(subject: Subject, limit: Limit | None = None) -> None:
         ASSUMPTION, fits,
         (f"probe_len={requested} ({subject.source_of('probe_len')})" if declared else
          f"the default probes (up to {requested} positions)") + f" scaled down: a probe of {WORST_ROWS} rows × "
-        f"{requested} would need about {gib(shape.peak(WORST_ROWS, requested))} (d_model {shape.d_model}, "
+        f"{requested} would need about {human(shape.peak(WORST_ROWS, requested))} (d_model {shape.d_model}, "
         f"{shape.layers} layers, {shape.heads} heads), over {int(PROBE_SHARE * 100)}% of the {limit.source} "
-        f"({gib(limit.bytes)}); {fits} fits. Run on a machine with more memory for longer probes"))
+        f"({human(limit.bytes)}); {fits} fits. Run on a machine with more memory for longer probes"))
 
 
 def _longest_fitting(shape: ModelShape, budget: int) -> int:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from tfcheck.explainers.byte_sizes import bytes_in, format_bytes
 from tfcheck.explainers.model_facts import (
     HEAD_NAMES,
     config_ints,
@@ -21,6 +20,7 @@ from tfcheck.explainers.model_facts import (
     tensors_of,
     width_names,
 )
+from tfcheck.model.byte_sizes import bytes_in, format_bytes
 from tfcheck.probe.module_stack import ModuleStack
 from tfcheck.report import table
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 
 from tfcheck.errors import UsageError
-from tfcheck.explainers.byte_sizes import parse_bytes
 from tfcheck.explainers.diagnosers import Diagnosis, Scene, diagnose
+from tfcheck.model.byte_sizes import parse_bytes
 from tfcheck.probe.frames import innermost_user_frame, short_path
 from tfcheck.probe.module_stack import ModuleStack
 from tfcheck.report import table

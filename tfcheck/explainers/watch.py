@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.explainers.byte_sizes import parse_bytes
 from tfcheck.explainers.explanation import Explanation, explain
+from tfcheck.model.byte_sizes import parse_bytes
 from tfcheck.probe.frames import is_user_frame, short_path
 from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.module_stack import ModuleStack, tracking

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tfcheck.errors import DeclarationError
+from tfcheck.errors import DeclarationError, UsageError
+from tfcheck.model.byte_sizes import parse_bytes
 
 KINDS = ("encoder", "decoder", "seq2seq", "attention")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -203,22 +204,15 @@ def _seconds(v: Any) -> float:
     return _float_positive(v)
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-
-
 def _memory_size(v: Any) -> int:
     """Bytes, given as an integer or with a unit (512MiB, 4GiB, 8GB)."""
     if isinstance(v, bool):
         raise ValueError("expected a size such as 4GiB or 512MiB")
-    if isinstance(v, int):
-        n = v
-    else:
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(v))
-        if not found or found.group(2).lower() not in _SIZE_UNITS:
-            raise ValueError("expected a size such as 4GiB, 512MiB or a number of bytes")
-        n = int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
-    if not 0 < n < _INT_LIMIT:
+    try:
+        n = parse_bytes(v if isinstance(v, int) else str(v))
+    except UsageError:
+        raise ValueError("expected a size such as 4GiB, 512MiB or a number of bytes") from None
+    if n is None or not 0 < n < _INT_LIMIT:
         raise ValueError("expected a positive size such as 4GiB")
     return n
 

@@ -67,11 +67,3 @@ def _read_int(path: str) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
-
-
-def gib(n: int) -> str:
-    """A size as a reader takes it in: 17.5 GiB, 640.0 MiB, 12.0 KiB."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"

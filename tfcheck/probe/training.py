@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 from tfcheck.model.inputs import batch_length
-from tfcheck.model.memory_limits import Limit, gib
+from tfcheck.model.memory_limits import Limit
+from tfcheck.model.sizing import human
 
 #: Step budget of a training check when ``train_steps`` is not declared.
 DEFAULT_TRAIN_STEPS = 30
@@ -54,9 +55,9 @@ def copy_model(model: nn.Module, limit: Limit | None = None) -> nn.Module:
         need = 4 * parameters + buffers
         if need > limit.bytes * TRAINING_SHARE:
             raise CannotCopy(
-                f"training a copy needs about {gib(need)} (its parameters, their gradients and Adam's two moments: "
-                f"4 × {gib(parameters)}), over {int(TRAINING_SHARE * 100)}% of the {limit.source} "
-                f"({gib(limit.bytes)}); "
+                f"training a copy needs about {human(need)} (its parameters, their gradients and Adam's two moments: "
+                f"4 × {human(parameters)}), over {int(TRAINING_SHARE * 100)}% of the {limit.source} "
+                f"({human(limit.bytes)}); "
                 "declare a larger memory_budget if the machine has it, or shrink the model with kwargs")
     try:
         clone = copy.deepcopy(model)
