@@ -10,11 +10,22 @@ from tfcheck.report.status import Status
 
 @dataclass(frozen=True)
 class Location:
-    """Where a finding points: a module path inside the model and, where known, the user's source line."""
+    """Where a finding points: a module path inside the model and, where known, the user's source line.
+
+    ``reason`` says why a location is less precise than a file and line (an instance's construction line is
+    unknown; the measurement localises to the whole model), so a reader never wonders whether it was looked for.
+    """
 
     module: str | None = None
     file: str | None = None
     line: int | None = None
+    reason: str | None = None
+
+    @property
+    def installed(self) -> bool:
+        """The line lies in an installed package (site-packages), outside the user's workspace: CI hosts such as
+        GitHub drop annotations there, so the report says it."""
+        return bool(self.file) and "site-packages" in str(self.file)
 
     def __str__(self) -> str:
         parts = []
@@ -22,7 +33,32 @@ class Location:
             parts.append(f"module '{self.module or '<root>'}'")
         if self.file:
             parts.append(f"{self.file}:{self.line}" if self.line else self.file)
-        return " at ".join(parts) if parts else "<unknown>"
+        text = " at ".join(parts) if parts else "<unknown>"
+        if self.installed:
+            text += " (an installed package, outside your workspace)"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "installed": self.installed}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Location:
+        return cls(data.get("module"), data.get("file"), data.get("line"), data.get("reason"))
+
+
+@dataclass(frozen=True)
+class Related:
+    """A line that belongs to a finding's story besides its location: where the mask is built, where it is
+    applied, where the scores are computed, the schedule's function."""
+
+    role: str
+    file: str | None
+    line: int | None
+    module: str | None = None
+
+    def __str__(self) -> str:
+        at = f"{self.file}:{self.line}" if self.file and self.line else (self.file or "<unknown>")
+        return f"{self.role}: {at}" + (f" (module '{self.module or '<root>'}')" if self.module is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -39,6 +75,10 @@ class Finding:
     location: Location | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     row: str | None = None
+    related: tuple[Related, ...] = ()
+    #: The check whose finding causes this one (set when the report is assembled, on evidence only; see
+    #: tfcheck.report.root_cause). It never changes a status.
+    explained_by: str | None = None
 
     def with_status(self, status: Status, message: str | None = None) -> Finding:
         return dataclasses.replace(self, status=status, message=message or self.message)
@@ -51,6 +91,8 @@ class Finding:
             "location": self.location.to_dict() if self.location else None,
             "evidence": to_jsonable(self.evidence),
             "row": self.row,
+            "related": [r.to_dict() for r in self.related],
+            "explained_by": self.explained_by,
         }
 
     @classmethod
@@ -60,9 +102,11 @@ class Finding:
             check=data["check"],
             status=Status(data["status"]),
             message=data["message"],
-            location=Location(**loc) if loc else None,
+            location=Location.from_dict(loc) if loc else None,
             evidence=dict(data.get("evidence") or {}),
             row=data.get("row"),
+            related=tuple(Related(**r) for r in data.get("related") or ()),
+            explained_by=data.get("explained_by"),
         )
 
 
