@@ -191,6 +191,8 @@ class TfcheckSession:
 def _report(state: PluginState):
     """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
     from tfcheck.engine.battery import all_checks
+    from tfcheck.engine.symptoms import symptom_checks
+    from tfcheck.report import root_cause
     from tfcheck.report.findings import Finding
     from tfcheck.report.report import Assumption, CheckResult, Cost, ModelReport, Report
 
@@ -204,6 +206,7 @@ def _report(state: PluginState):
                                      Cost(**r["cost"]), r["seconds"]))
     for m in models.values():
         m.results.sort(key=lambda r: order.get(r.check, len(order)))
+        root_cause.link(m, symptom_checks())
     specs = [entry.label for entry in state.specs]
     return Report(sorted(models.values(), key=lambda m: specs.index(m.spec) if m.spec in specs else len(specs)))
 

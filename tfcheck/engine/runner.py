@@ -17,9 +17,11 @@ from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable
+from tfcheck.engine.symptoms import symptom_checks
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.model.subject import Subject
 from tfcheck.model.trial import SETTLED_BY_TRIAL, Trial
+from tfcheck.report import root_cause
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
@@ -116,7 +118,8 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
                                   if not (a.key == NotApplicable.PREFIX and a.value == chk.id)]
         done[chk.id] = runner.result(chk)
     results = [done[c.id] for c in all_checks() if c.id in done]
-    return ModelReport(subject.spec, assumptions=subject.assumptions, results=results)
+    return root_cause.link(ModelReport(subject.spec, assumptions=subject.assumptions, results=results),
+                           symptom_checks())
 
 
 def may_apply_after_trial(subject: Subject, applicable: list[Check]) -> list[Check]:

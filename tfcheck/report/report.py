@@ -9,6 +9,9 @@ from typing import Any
 from tfcheck.report.findings import Finding, to_jsonable
 from tfcheck.report.status import Status, worst
 
+#: The statuses that are problems: what a root cause is chosen among.
+PROBLEMS = (Status.FAIL, Status.ERROR, Status.WARN)
+
 #: Bump when the JSON layout changes incompatibly; docs/report-schema.md documents each version.
 SCHEMA_VERSION = 1
 
@@ -87,6 +90,9 @@ class ModelReport:
             "spec": self.spec,
             "status": self.status.value,
             "assumptions": [a.to_dict() for a in self.assumptions],
+            # what to fix first: the checks with a problem that no other finding explains (report.root_cause)
+            "root_causes": list(dict.fromkeys(f.check for f in self.findings()
+                                              if f.status in PROBLEMS and f.explained_by is None)),
             "checks": [r.to_dict() for r in self.results],
         }
 

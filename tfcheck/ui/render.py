@@ -16,6 +16,7 @@ from rich.tree import Tree
 from tfcheck.report import table as tt
 from tfcheck.report.findings import Finding
 from tfcheck.report.report import ModelReport, Report
+from tfcheck.report.root_cause import in_cause_order
 from tfcheck.report.status import Status
 
 #: Evidence shown otherwise than as "key: value" lines.
@@ -57,7 +58,7 @@ def model_view(model: ModelReport, only_problems: bool = False):
         for f in shown[1:]:
             checks.add_row("", "", escape(f.message), "")
     tree.add(checks)
-    for f in _problems(list(model.findings())):
+    for f in in_cause_order(_problems(list(model.findings()))):
         tree.add(finding_view(f))
     return tree
 
@@ -73,8 +74,14 @@ def _status_text(status: Status) -> Text:
 def finding_view(f: Finding):
     """One finding with where it points, its evidence and its troubleshooting row."""
     node = Tree(Text.assemble(_status_text(f.status), " ", (f.check, "bold"), ": ", f.message))
-    if f.location is not None and (f.location.module or f.location.file):
+    if f.explained_by is not None:
+        node.add(Text(f"explained by: {f.explained_by} (fix that first: this finding may go with it)", style="bold"))
+    if f.location is not None and (f.location.module is not None or f.location.file):
         node.add(Text(f"where: {f.location}"))
+        if f.location.reason:
+            node.add(Text(f"no line: {f.location.reason}", style="dim"))
+    for related in f.related:
+        node.add(Text(str(related), style="dim"))
     if f.evidence:
         ev = node.add(Text("evidence", style="dim"))
         for k, v in f.evidence.items():
@@ -141,7 +148,8 @@ def summary_view(report: Report):
                   str(counts[Status.ACCEPTED]))
     parts: list[Table | Text] = [t]
     for m in report.models:
-        for f in _problems(list(m.findings())):
-            parts.append(Text.assemble(_status_text(f.status), f" {m.spec} {f.check}: ", f.message,
+        for f in in_cause_order(_problems(list(m.findings()))):
+            because = f" (explained by {f.explained_by})" if f.explained_by else ""
+            parts.append(Text.assemble(_status_text(f.status), f" {m.spec} {f.check}{because}: ", f.message,
                                        (f"  -> table row [{f.row}]" if f.row else "", "dim")))
     return Group(*parts)
