@@ -1,4 +1,4 @@
-"""The linter and the type checker, run as tests so that CI (``.ci/run``: ``pip install -e ".[test]" && pytest``)
+"""The linter and the type checker, run as tests so that CI (``.ci/run``: ``pip install -c constraints.txt -e ".[test,corpus]" && pytest``)
 runs them: ``ruff check`` over the sources and tests, ``mypy`` over the package, both with the settings of
 ``pyproject.toml`` ([tool.ruff], [tool.mypy]).
 
