@@ -1,6 +1,7 @@
-"""The linter and the type checker, run as tests so that CI (``.ci/run``: ``pip install -c constraints.txt -e ".[test,corpus]" && pytest``)
-runs them: ``ruff check`` over the sources and tests, ``mypy`` over the package, both with the settings of
-``pyproject.toml`` ([tool.ruff], [tool.mypy]).
+"""The linter and the type checker, run as tests so that CI
+(``.ci/run``: ``pip install -c constraints.txt -e ".[test,corpus]" && pytest``) runs them: ``ruff check``
+over the sources and tests, ``mypy`` over the package, both with the settings of ``pyproject.toml``
+([tool.ruff], [tool.mypy]).
 
 ruff and mypy are declared in the ``test`` extra: a missing tool fails here (``No module named ruff``), it is
 never skipped.
