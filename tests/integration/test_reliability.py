@@ -817,3 +817,35 @@ def test_a_model_file_runs_once_under_tfcheck_check(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     assert main(["check", "once.py:NumpyInit", "--only", "shape.contract"]) == EXIT_OK
     assert capsys.readouterr().out.count("MODULE RUN") == 1
+
+
+class CachesItsTableWithALength(nn.Module):
+    """Keeps a computed table in a buffer and its valid length in a plain int, as rotary-embedding-torch does
+    (``cached_freqs`` and ``cached_freqs_seq_len``): restoring the buffer without the int leaves a stale length
+    that makes every later forward read zeros."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)
+        self.register_buffer("table", torch.zeros(64, 16), persistent=False)
+        self.table_len = 0
+
+    def forward(self, input_ids):
+        s = input_ids.shape[1]
+        if s > self.table_len:
+            self.table[:s] = torch.sin(torch.arange(s).float()[:, None] / (1 + torch.arange(16).float()))
+            self.table_len = s
+        return self.head(self.embed(input_ids) + self.table[:s])
+
+
+def test_a_cache_length_kept_beside_its_buffer_is_restored_with_it():
+    model = CachesItsTableWithALength()
+    tokens = torch.randint(0, 50, (2, 7))
+    fresh = CachesItsTableWithALength()
+    fresh.load_state_dict(model.state_dict())
+    report = tfcheck.run_checks(model)
+    assert model.table_len == 0 and not model.table.any()
+    torch.testing.assert_close(model(tokens), fresh(tokens))
+    assert report.models[0].result("batch.independence").status is Status.PASS

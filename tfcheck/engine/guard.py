@@ -104,7 +104,8 @@ def _put_back(current: Any, entries: dict | None) -> None:
 
 class _Tree:
     """The model's structure by identity: each module's submodules, parameters and buffers (the objects, and
-    each parameter's and buffer's storage, dtype and shape) and its plain tensor attributes (a KV cache).
+    each parameter's and buffer's storage, dtype and shape) and its plain tensor and scalar attributes (a KV
+    cache and its length).
     A forward that reassigns ``self.step = self.step + 1``, ``p.data = ...``, ``self.head.bias =
     nn.Parameter(...)`` or adds and deletes submodules gets its original objects back."""
 
@@ -122,11 +123,10 @@ class _Tree:
                     live.clear()
                     live.update(saved)
             now = vars(module)
-            for name in [k for k, v in now.items() if isinstance(v, torch.Tensor) and k not in attributes]:
+            for name in [k for k, v in now.items() if _state_like(v) and k not in attributes]:
                 del now[name]
             for name, value in attributes.items():
-                if now.get(name, _MISSING) is not value and (isinstance(value, torch.Tensor)
-                                                            or isinstance(now.get(name), torch.Tensor)):
+                if now.get(name, _MISSING) is not value and (_state_like(value) or _state_like(now.get(name))):
                     now[name] = value
         for tensor, data in self.data.values():
             if tensor.data.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or tensor.shape != data.shape:
@@ -134,6 +134,14 @@ class _Tree:
 
 
 _MISSING = object()
+#: Plain values a forward keeps as state beside its tensors: a cache's length next to its buffer
+#: (rotary-embedding-torch's ``cached_freqs_seq_len``), a step counter. Restored with the tensors, or the
+#: restored buffer and a stale length disagree and every later forward reads the wrong cache.
+_PLAIN_STATE = (bool, int, float, str, type(None))
+
+
+def _state_like(value: Any) -> bool:
+    return isinstance(value, (torch.Tensor, *_PLAIN_STATE))
 
 
 def _beside(saved: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
