@@ -16,7 +16,7 @@ class _DetachedFFN(nn.Module):
         self.inner = ffn
 
     def forward(self, x):
-        return self.inner(x).detach()  # the defect: the sublayer's output leaves the graph
+        return self.inner(x).detach()  # tfcheck: defect(DetachedFeedForward): the sublayer's output leaves the graph
 
 
 class DetachedFeedForward(TransformerLM):
@@ -42,7 +42,7 @@ class _AttentionThrownAway(nn.Module):
         self.self_attn, self.ffn, self.norm1, self.norm2 = layer.self_attn, layer.ffn, layer.norm1, layer.norm2
 
     def forward(self, x, mask=None):
-        h = self.self_attn(x, x, x, mask)  # noqa: F841 - the defect: h never joins the stream
+        h = self.self_attn(x, x, x, mask)  # noqa: F841 - the defect: h never joins the stream  # tfcheck: defect(AttentionOutputThrownAway)
         x = self.norm1(x)
         return self.norm2(x + self.ffn(x))
 
@@ -65,7 +65,7 @@ class _AlwaysDropoutAttention(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         out, weights = scaled_dot_product(q, k, v, mask)
         # The defect: F.dropout's training argument defaults to True, so this runs in eval too.
-        return F.dropout(out, self.dropout.p), weights
+        return F.dropout(out, self.dropout.p), weights  # tfcheck: defect(DropoutInEval)
 
 
 class DropoutInEval(TransformerLM):
@@ -88,7 +88,7 @@ def constant_lr(optimizer):
     """A schedule with no warmup: the full rate (3e-4) from the first step."""
     for group in optimizer.param_groups:
         group["lr"] = 3e-4
-    return LambdaLR(optimizer, lambda step: 1.0)
+    return LambdaLR(optimizer, lambda step: 1.0)  # tfcheck: defect(PostLNWithoutWarmup)
 
 
 class PostLNWithoutWarmup(TransformerLM):
@@ -115,7 +115,7 @@ class TiedHeadUnitInit(TransformerLM):
         super().__init__(config, **overrides)
         self.lm_head = nn.Linear(self.config.d_model, self.config.vocab_size, bias=False)
         self.lm_head.weight = self.embed.embedding.weight
-        nn.init.normal_(self.embed.embedding.weight, std=1.0)  # the defect
+        nn.init.normal_(self.embed.embedding.weight, std=1.0)  # the defect  # tfcheck: defect
 
 
 class UnshiftedLabels(TransformerLM):
@@ -132,7 +132,7 @@ class UnshiftedLabels(TransformerLM):
         logits = super().forward(tokens)
         if labels is None:
             return logits
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())  # the defect: no shift
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())  # the defect: no shift  # tfcheck: defect
         return logits, loss
 
 
@@ -146,7 +146,7 @@ class DetachedOutput(TransformerLM):
     __tfcheck_expect__ = {"check": "train.overfit_batch", "row": "cannot-overfit-one-batch"}
 
     def forward(self, tokens):
-        return super().forward(tokens).detach()
+        return super().forward(tokens).detach()  # tfcheck: defect
 
 
 class FrozenByMistake(TransformerLM):
@@ -161,7 +161,7 @@ class FrozenByMistake(TransformerLM):
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         for p in self.parameters():
-            p.requires_grad_(False)
+            p.requires_grad_(False)  # tfcheck: defect
 
 
 class PadTokenIsAnOrdinaryToken(TransformerEncoder):
@@ -175,9 +175,9 @@ class PadTokenIsAnOrdinaryToken(TransformerEncoder):
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
-        self.embed.embedding.padding_idx = None
+        self.embed.embedding.padding_idx = None  # tfcheck: defect
         with torch.no_grad():
-            self.embed.embedding.weight[self.config.pad_id].normal_(std=self.config.d_model ** -0.5)
+            self.embed.embedding.weight[self.config.pad_id].normal_(std=self.config.d_model ** -0.5)  # tfcheck: defect
 
     def forward(self, tokens):
         x = self.dropout(self.pos(self.embed(tokens)))

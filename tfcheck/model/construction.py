@@ -15,6 +15,7 @@ from typing import Any
 
 from tfcheck.errors import SpecError
 from tfcheck.model.configs import ConfigSource, config_for, is_config_param
+from tfcheck.model.construction_sites import ConstructionSites, watched_build
 from tfcheck.model.loaded import Loaded
 from tfcheck.model.recording_config import RecordingConfig
 from tfcheck.model.sizing import AllocationOverBudget, allocation_limit
@@ -154,14 +155,14 @@ def build(origin: Any, spec: str, kwargs: Mapping[str, Any], shrink: bool = True
     arguments = plan_arguments(origin, kwargs, spec, shrink, device)
     constraint = None
     try:
-        model, given = _construct(origin, arguments, spec)
+        model, given, sites = _construct(origin, arguments, spec)
     except _Refused as refused:
         if not arguments.all_shrunk:
             raise refused.error from None
         # The constructor refused the shrunk sizes: a size constraint of the model, so build it as written.
         defaults = plan_arguments(origin, kwargs, spec, False, device)
         try:
-            model, given = _construct(origin, defaults, spec)
+            model, given, sites = _construct(origin, defaults, spec)
         except _Refused:
             raise refused.error from None
         constraint = (f"{changes_text(arguments.all_shrunk)} refused: {refused.what}{refused.where}; built at the "
@@ -170,7 +171,7 @@ def build(origin: Any, spec: str, kwargs: Mapping[str, Any], shrink: bool = True
     filled = {k: given[k] if k in arguments.configs else v for k, v in arguments.filled.items()}
     return Loaded(model, spec, origin, filled, shrunk=arguments.all_shrunk, config_filled=arguments.config_filled,
                   config_sources={k: s.where for k, s in arguments.configs.items()}, kwargs=kwargs, shrink=shrink,
-                  device=device, size_constraint=constraint)
+                  device=device, size_constraint=constraint, sites=sites)
 
 
 class _Refused(Exception):
@@ -181,7 +182,7 @@ class _Refused(Exception):
         self.error, self.what, self.where = error, what, where
 
 
-def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[str, Any]]:
+def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[str, Any], ConstructionSites]:
     import torch.nn as nn
 
     def make() -> dict[str, Any]:
@@ -201,7 +202,7 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
     unmeasured_budget = refuse_if_too_large(origin, make, spec)
     given = make()
     try:
-        with user_code(), _counted(unmeasured_budget):
+        with user_code(), _counted(unmeasured_budget), watched_build() as sites_of:
             model = origin(**given)
     except AllocationOverBudget as over:
         raise SpecError(
@@ -224,7 +225,7 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
             f"{spec} returned a {type(model).__name__}, not an nn.Module. Point the spec at the model class "
             "or a factory that returns the model."
         )
-    return model, given
+    return model, given, sites_of(model)
 
 
 def _counted(budget: int | None) -> Any:

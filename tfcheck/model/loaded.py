@@ -28,4 +28,7 @@ class Loaded:
     device: str | None = None
     #: the constructor refused the shrunk sizes and the defaults were built instead: what raised, and where
     size_constraint: str | None = None
+    #: where the user's code registered, wrote and froze each part (tfcheck.model.construction_sites); None
+    #: for an instance, which tfcheck did not build
+    sites: Any = None
 

@@ -21,6 +21,7 @@ from tfcheck.model.facts import Facts
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.model.spec import Loaded
 from tfcheck.model.structure import forward_params
+from tfcheck.report.findings import Location
 from tfcheck.report.report import Assumption
 
 #: The default probe: batch and length distinct from each other and from every small hyper-parameter.
@@ -57,6 +58,23 @@ class Subject:
     def source_of(self, key: str) -> str | None:
         """Where the fact ``key`` came from (a declaration, the config, a rule), as the report shows it."""
         return next((a.source for a in self.assumptions if a.key == key), None)
+
+    def construction_site(self, path: str, module: str | None = None, kind: str = "registered") -> Location:
+        """The user's line that built the submodule, parameter or buffer at ``path`` (``kind`` "registered"),
+        last wrote the parameter in place ("written") or froze it ("frozen"), located at ``module`` (default:
+        the module holding ``path``); without a line, the reason why."""
+        from tfcheck.model.construction_sites import INSTANCE_REASON
+
+        if module is None:
+            module = path if path in dict(self.model.named_modules()) else path.rpartition(".")[0]
+        sites = self.loaded.sites
+        if sites is None:
+            return Location(module, reason=INSTANCE_REASON)
+        found = {"registered": sites.of, "written": sites.written.get, "frozen": sites.frozen.get}[kind](path)
+        if found is not None:
+            return Location(module, found.file, found.line)
+        return Location(module, reason=sites.reason or f"no line of your code {kind} '{path or '<root>'}' while "
+                        "tfcheck built the model (built inside library code, or the root itself)")
 
     @property
     def kind(self) -> str | None:

@@ -4,6 +4,7 @@ as a sparkline or an SVG."""
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import warnings
@@ -17,6 +18,7 @@ import torch
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict
 from tfcheck.model.user_code import user_code
+from tfcheck.probe.frames import innermost_user_frame, is_user_frame
 
 #: Base rate given to a ``fn(optimizer) -> scheduler`` factory when ``lr`` is not declared: with 1.0 a
 #: LambdaLR that returns absolute rates (the Noam formula) yields those rates, and a multiplier schedule
@@ -41,6 +43,8 @@ class Schedule:
     absolute: bool
     base_lr: float | None
     base_source: str
+    #: the user's function that makes the schedule (the factory, or configure_optimizers)
+    function: Callable | None = None
 
 
 @dataclass
@@ -52,6 +56,8 @@ class Curve:
     error: str | None = None  # the exception that ended stepping
     error_step: int | None = None
     limitation: str | None = None  # why tfcheck could not build the schedule (its own limit, not the model's bug)
+    error_at: tuple[str, int] | None = None  # the user's innermost line in the exception's traceback
+    rate_function: Callable | None = None  # the function giving each step's rate (a LambdaLR's lambda)
 
     @property
     def peak_step(self) -> int:
@@ -80,10 +86,10 @@ def _from_factory(subject, factory: Callable) -> Schedule:
     declared_lr = subject.facts.lr
     if takes in ("model", "module", "net"):
         return Schedule(lambda: _unpack(factory(copy.deepcopy(subject.model))), f"schedule {_name(factory)}(model)",
-                        True, None, "the optimizer the factory builds")
+                        True, None, "the optimizer the factory builds", factory)
     if takes is not None and "param" in takes:
         return Schedule(lambda: _unpack(factory([torch.zeros(1, requires_grad=True)])),
-                        f"schedule {_name(factory)}(params)", True, None, "the optimizer the factory builds")
+                        f"schedule {_name(factory)}(params)", True, None, "the optimizer the factory builds", factory)
     base = declared_lr if declared_lr is not None else DEFAULT_BASE_LR
     where = "lr declaration" if declared_lr is not None else (
         f"default {DEFAULT_BASE_LR} for fn(optimizer) factories (declare lr=FLOAT for the real base rate)")
@@ -91,7 +97,7 @@ def _from_factory(subject, factory: Callable) -> Schedule:
     def build():
         optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=base)
         return optimizer, factory(optimizer)
-    return Schedule(build, f"schedule {_name(factory)}(optimizer)", declared_lr is not None, base, where)
+    return Schedule(build, f"schedule {_name(factory)}(optimizer)", declared_lr is not None, base, where, factory)
 
 
 class CannotCall(Exception):
@@ -121,7 +127,8 @@ def _from_configure_optimizers(subject) -> Schedule:
             raise CannotCall(f"configure_optimizers needs {', '.join(missing)}, which tfcheck cannot fill; "
                              + DECLARE_SCHEDULE)
         return _unpack(method(**{n: fill[n] for n in params if n in fill}))
-    return Schedule(build, "the model's configure_optimizers()", True, None, "the optimizer it builds")
+    return Schedule(build, "the model's configure_optimizers()", True, None, "the optimizer it builds",
+                    getattr(type(subject.model), "configure_optimizers", None))
 
 
 def _unpack(result: Any) -> tuple[Any, Any]:
@@ -167,8 +174,9 @@ def lr_curve(subject, schedule: Schedule, steps: int | None = None) -> Curve:
             curve.limitation = str(exc)
             return curve
         except Exception as exc:
-            curve.error, curve.error_step = f"{type(exc).__name__}: {exc}", 0
+            curve.error, curve.error_step, curve.error_at = f"{type(exc).__name__}: {exc}", 0, _raised_at(exc)
             return curve
+        curve.rate_function = next(iter(getattr(scheduler, "lr_lambdas", None) or ()), None)
         if schedule.base_lr is None:
             schedule.base_lr = float(optimizer.param_groups[0].get("initial_lr", optimizer.param_groups[0]["lr"]))
         for step in range(planned):
@@ -180,8 +188,46 @@ def lr_curve(subject, schedule: Schedule, steps: int | None = None) -> Curve:
                     scheduler.step()
             except Exception as exc:
                 curve.error, curve.error_step = f"{type(exc).__name__}: {exc}", step + 1
+                curve.error_at = _raised_at(exc)
                 break
     return curve
+
+
+def _raised_at(exc: BaseException) -> tuple[str, int] | None:
+    frame = innermost_user_frame(exc)
+    return (frame.filename, frame.lineno) if frame is not None and frame.lineno else None
+
+
+def code_line(fn: Any) -> tuple[str, int] | None:
+    """The user's file and first line of a function (a lambda, a def, a method, a partial or a callable
+    object's __call__); None for one that is not the user's (torch's own schedulers) or has no source."""
+    if isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)  # a bound method
+    code = getattr(fn, "__code__", None)
+    if code is None and not inspect.isroutine(fn):  # a callable object: its class's __call__
+        code = getattr(vars(type(fn)).get("__call__"), "__code__", None)
+    if code is None or not is_user_frame(code.co_filename):
+        return None
+    return code.co_filename, code.co_firstlineno
+
+
+@dataclass(frozen=True)
+class ScheduleLines:
+    """The lines of a schedule's story: where to point (``at``: the exception's line, else the rate
+    function, else the factory) and the factory's own line."""
+
+    at: tuple[str, int] | None
+    function: tuple[str, int] | None
+    reason: str | None
+
+
+def schedule_lines(curve: Curve) -> ScheduleLines:
+    function = code_line(curve.schedule.function) if curve.schedule.function is not None else None
+    at = curve.error_at or code_line(curve.rate_function) or function
+    reason = None if at else ("the schedule is built by library code with no function of yours to point at "
+                              "(its source is not a file)")
+    return ScheduleLines(at, function, reason)
 
 
 def schedule_rates(factory: Callable, steps: int, lr: float = DEFAULT_BASE_LR) -> list[float]:

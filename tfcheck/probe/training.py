@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 from tfcheck.model.inputs import batch_length
 from tfcheck.model.memory_limits import Limit
 from tfcheck.model.sizing import human
+from tfcheck.report.findings import Location
 
 #: Step budget of a training check when ``train_steps`` is not declared.
 DEFAULT_TRAIN_STEPS = 30
@@ -207,6 +208,57 @@ def labelled_inputs(subject, label: LabelArgument, batch: int, length: int,
     return args, {**kwargs, label.name: labels}
 
 
+# ----- where the graph is cut ----------------------------------------------------------------------------
+
+#: Ops that return their input cut from the autograd graph (``.data`` is an attribute read, which no op records).
+CUT_OPS = frozenset({"detach", "detach_"})
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A ``.detach()`` a recorded forward ran: its module and the user's line."""
+
+    module: str
+    file: str | None
+    line: int | None
+
+
+def graph_cuts(recording: Any, module: str | None = None) -> list[Cut]:
+    """The function-level graph cuts of a recorded forward, in order: all of them, or those run inside
+    ``module`` (a dotted path) or applied to one of its outputs (``ffn(x).detach()`` in its parent)."""
+    outputs: set[int] = set()
+    if module is not None:
+        outputs = {i for c in recording.calls if c.path == module for i in c.output_ids}
+    inside = (lambda path: True) if module is None else (
+        lambda path: path == module or path.startswith(module + ".") or module == "")
+    return [Cut(op.module, op.file, op.line) for op in recording.ops
+            if op.level == "function" and op.short_name in CUT_OPS
+            and (inside(op.module) or outputs.intersection(op.input_ids))]
+
+
+def recorded_cuts(ctx, args: tuple, kwargs: dict) -> tuple[list[Cut], str | None]:
+    """The graph cuts of one recorded forward of the model (tensor identities kept), or why none could be read."""
+    from tfcheck.probe.recorder import Recorder
+
+    recorder = Recorder(ctx.subject.model, track_ids=True)
+    try:
+        with recorder:
+            ctx.run(args, kwargs, "a recorded forward, to find the line that cuts the graph")
+    except Exception as exc:  # noqa: BLE001 - the finding stands without its line
+        return [], f"the recorded forward that looks for the cut raised {type(exc).__name__}"
+    return graph_cuts(recorder.recording), None
+
+
+def last_cut(ctx, args: tuple, kwargs: dict) -> Location:
+    """Where the whole output is cut off from the weights: the last .detach() of a recorded forward (the one
+    nearest the output), or why no line is known."""
+    cuts, why = recorded_cuts(ctx, args, kwargs)
+    if cuts and cuts[-1].file:
+        return Location(cuts[-1].module, cuts[-1].file, cuts[-1].line)
+    return Location("", reason=why or "no .detach() was recorded: torch.no_grad, .data or .item() cut the output, "
+                    "which no op records")
+
+
 # ----- the optimiser loop -----------------------------------------------------------------------------
 
 @dataclass
@@ -217,6 +269,8 @@ class Descent:
     changed: bool = False  # whether any parameter moved
     no_grad: list[str] = field(default_factory=list)  # trainable parameters the loss never reached
     stopped: str | None = None  # why the loop ended early
+    #: the loss reached no trainable parameter: the graph is cut between them and the output
+    cut_off: bool = False
 
 
 def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[torch.Tensor, int]], steps: int,
@@ -238,11 +292,13 @@ def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[tor
             break
         if not loss.requires_grad:
             result.stopped = "the loss does not require grad: it is not computed from any trainable parameter"
+            result.cut_off = True
             break
         grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
         ctx.count_backward(tokens)
         if step == 0:
             result.no_grad = [n for (n, _), g in zip(named, grads) if g is None]
+            result.cut_off = len(result.no_grad) == len(named)
         for (_, p), g in zip(named, grads):
             p.grad = None if g is None else g.detach()
         optimizer.step()

@@ -50,7 +50,7 @@ def dropout_eval(ctx) -> list[Finding]:
                         f"(tolerance {tol:.3g}): something random runs at inference"
                         + (f" — {culprit['random_op']} in '{where or '<root>'}' at {culprit['random_op_at']}" if
                            culprit else "") + ". Pass training=self.training to F.dropout, gate SDPA's dropout_p "
-                        "on self.training, or use nn.Dropout modules", Location(where, file, line), evidence,
+                        "on self.training, or use nn.Dropout modules", _random_op_location(where, file, line), evidence,
                         row="dropout-in-eval")]
     if not dropouts:
         return [Finding(ID, Status.PASS, f"eval-mode forwards agree (change {eval_change:.3g} <= {tol:.3g}); the "
@@ -65,10 +65,18 @@ def dropout_eval(ctx) -> list[Finding]:
         return [Finding(ID, Status.WARN, f"the model has {len(dropouts)} dropout modules with p > 0 (e.g. "
                         f"'{dropouts[0][0]}', p={dropouts[0][1]}) but two train-mode forwards are identical (change "
                         f"{train_change:.3g}): dropout never applies, so training runs without its regularisation. "
-                        "If it is off on purpose, build it with p=0", Location(dropouts[0][0]), evidence,
-                        row="dropout-inactive-in-train")]
+                        "If it is off on purpose, build it with p=0", subject.construction_site(dropouts[0][0]),
+                        evidence, row="dropout-inactive-in-train")]
     return [Finding(ID, Status.PASS, f"eval-mode forwards agree (change {eval_change:.3g} <= {tol:.3g}) and train-mode "
                     f"ones differ ({train_change:.3g}): dropout is on in training only", Location(module=""), evidence)]
+
+
+def _random_op_location(module: str | None, file: str | None, line: int | None) -> Location:
+    if file and line:
+        return Location(module if module is not None else "", file, line)
+    return Location(module if module is not None else "", reason="no random op was recorded in the eval forward "
+                    "(the forwards differ for another reason: a non-deterministic kernel or state kept between "
+                    "calls), so no line is known")
 
 
 def _dropouts(model: nn.Module) -> list[tuple[str, float]]:

@@ -3,10 +3,14 @@ matching the declared pad_id), or padding is masked everywhere, so what the pad 
 a real token's output."""
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.model.names import PAD_ID
 from tfcheck.probe.flow import change_per_position, tolerance
 from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location
@@ -44,9 +48,13 @@ def embedding_padding(ctx) -> list[Finding]:
     tables = _token_embeddings(subject)
     states = {name: _state(emb, pad) for name, emb in tables}
     evidence = {"pad_id": pad, "embeddings": states}
+    wrong = _wrong_padding_idx(subject, tables)
+    if wrong:
+        return wrong
     if all(s["padding_idx_matches"] and s["pad_row_norm"] == 0 for s in states.values()):
         return [Finding(ID, Status.PASS, f"the pad embedding (id {pad}) is zero and gets no gradient in "
-                        f"{', '.join(repr(n) for n in states)} (padding_idx={pad})", Location(tables[0][0]), evidence)]
+                        f"{', '.join(repr(n) for n in states)} (padding_idx={pad})",
+                        subject.construction_site(tables[0][0]), evidence)]
     length = subject.probe_length()
     if length <= PADS + 1:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={length} leaves no room for padding",
@@ -67,12 +75,89 @@ def embedding_padding(ctx) -> list[Finding]:
     if moved <= tol:
         return [Finding(ID, Status.PASS, f"the pad embedding of '{name}' is not zero ({what}), but padding is masked: "
                         f"changing it moves no real token's output (change {moved:.3g} <= {tol:.3g}; a real token's "
-                        f"change moves them by {control:.3g})", Location(name), evidence)]
+                        f"change moves them by {control:.3g})", subject.construction_site(name), evidence)]
     return [Finding(ID, Status.WARN, f"the pad embedding of '{name}' is not zero and not frozen ({what}), and it "
                     f"reaches the real tokens' outputs (change {moved:.3g} > {tol:.3g}): what the pad vector learns "
                     f"leaks into every padded batch. Build the embedding with padding_idx={pad} (re-zero the row after "
-                    "any re-initialisation), and mask padding as attention keys", Location(name), evidence,
-                    row="pad-embedding-not-ignored")]
+                    "any re-initialisation), and mask padding as attention keys", _pad_row_line(subject, name),
+                    evidence, row="pad-embedding-not-ignored")]
+
+
+def _pad_row_line(subject, name: str) -> Location:
+    """The line that left the pad row random: a write of the table after it was built (an init over the whole
+    weight, or the pad row itself redrawn), else the line that built it without padding_idx."""
+    weight = f"{name}.weight"
+    written, built = (subject.construction_site(weight, module=name, kind=kind) for kind in ("written", "registered"))
+    return written if written.file and (written.file, written.line) != (built.file, built.line) else built
+
+
+def _wrong_padding_idx(subject, tables: list[tuple[str, nn.Embedding]]) -> list[Finding]:
+    """A token embedding whose padding_idx is not the pad id the user stated: a real token's row is frozen at
+    zero and the pad row trains. An id only inferred (from that same padding_idx, or by tfcheck) is never
+    compared; an id the model names as a pad anywhere (the other side of a seq2seq model) is accepted."""
+    stated = _stated_pad_id(subject)
+    if stated is None:
+        return []
+    pad, where = stated
+    accepted = {pad, subject.facts.target_pad_id} | _named_pad_ids(subject)
+    out = []
+    for name, emb in tables:
+        if emb.padding_idx is None or emb.padding_idx in accepted:
+            continue
+        out.append(Finding(
+            ID, Status.FAIL, f"nn.Embedding '{name}' has padding_idx={emb.padding_idx}, but the pad id is {pad} "
+            f"({where}): token {emb.padding_idx}, a real token, keeps a zero embedding that never trains, and the pad "
+            f"token's row is random and trains. Build it with padding_idx={pad}",
+            subject.construction_site(name),
+            {"padding_idx": emb.padding_idx, "pad_id": pad, "pad_id_from": where, "embedding": name,
+             "tolerance": "padding_idx equals the stated pad id"}, row="pad-embedding-not-ignored"))
+    return out
+
+
+def _stated_pad_id(subject) -> tuple[int, str] | None:
+    """The pad id the user stated (a declaration, the config or a model attribute, a constructor argument given
+    or its default) and where; None when it is inferred or tfcheck filled it."""
+    loaded, facts = subject.loaded, subject.facts
+    source = facts.sources.get("pad_id", "")
+    if "pad_id" in subject.declared and facts.pad_id is not None:
+        return facts.pad_id, f"declared: {source}"
+    holder, _, field_name = source.partition(".")
+    if facts.pad_id is not None and holder in ("config", "model") and \
+            field_name not in loaded.config_filled and field_name not in loaded.filled:
+        return facts.pad_id, source
+    for name, value in _constructor_arguments(subject).items():
+        if name in PAD_ID and _is_id(value):
+            return value, f"the constructor argument {name}={value}"
+    return None
+
+
+def _named_pad_ids(subject) -> set[int]:
+    """Every id a config field, model attribute or constructor argument with 'pad' in its name holds (a seq2seq
+    model's trg_pad_idx), tfcheck's own fills left out."""
+    loaded = subject.loaded
+    holders = [vars(h) for h in (getattr(subject.model, "config", None), subject.model) if hasattr(h, "__dict__")]
+    values = {k: v for h in holders for k, v in h.items()
+              if k not in loaded.config_filled and k not in loaded.filled}
+    values.update(_constructor_arguments(subject))
+    return {v for k, v in values.items() if "pad" in k.lower() and _is_id(v)}
+
+
+def _constructor_arguments(subject) -> dict[str, Any]:
+    """The constructor arguments the user gave and the defaults of those not given (a model tfcheck built),
+    without those tfcheck filled."""
+    loaded = subject.loaded
+    if not loaded.constructed:
+        return {}
+    try:
+        params = list(inspect.signature(loaded.origin).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return {k: v for k, v in {**defaults, **loaded.kwargs}.items() if k not in loaded.filled}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _token_embeddings(subject) -> list[tuple[str, nn.Embedding]]:

@@ -2,11 +2,20 @@
 exception, stays finite and positive, warms up to its peak and stops rising there."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tfcheck.engine.registry import NotApplicable, check, inconclusive
-from tfcheck.probe.schedules import DECLARE_SCHEDULE, Curve, find_schedule, lr_curve, noam_rates, sparkline
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.schedules import (
+    DECLARE_SCHEDULE,
+    Curve,
+    find_schedule,
+    lr_curve,
+    noam_rates,
+    schedule_lines,
+    sparkline,
+)
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "lr.warmup"
@@ -38,12 +47,22 @@ def lr_warmup(ctx) -> list[Finding]:
         return [inconclusive(ID, curve.limitation, evidence={"schedule": schedule.source})]
     evidence = _evidence(subject, curve)
     if curve.error_step == 0:
-        return [_raised_at_start(curve, evidence)]
+        return _located([_raised_at_start(curve, evidence)], curve)
     findings = _judge(subject, curve, evidence)
     if curve.error is not None:
         findings.append(_raised_later(subject, curve, evidence))
     bad = [f for f in findings if f.status is not Status.PASS]
-    return bad or findings
+    return _located(bad or findings, curve)
+
+
+def _located(findings: list[Finding], curve: Curve) -> list[Finding]:
+    """Every verdict points at the schedule's code: the line that raised, else the rate function, else the
+    factory (named as related when it is not the line pointed at)."""
+    lines = schedule_lines(curve)
+    where = Location("", *lines.at) if lines.at else Location("", reason=lines.reason)
+    related = (Related("the schedule's function", *lines.function),) if lines.function and \
+        lines.function != lines.at else ()
+    return [dataclasses.replace(f, location=where, related=related) for f in findings]
 
 
 def _evidence(subject, curve: Curve) -> dict:

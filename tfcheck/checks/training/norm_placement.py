@@ -13,8 +13,15 @@ from tfcheck.checks.shape.shape_residual import Dataflow
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.recorder import Recording
-from tfcheck.probe.schedules import DECLARE_SCHEDULE, MAX_PLANNED_STEPS, find_schedule, lr_curve, sparkline
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.schedules import (
+    DECLARE_SCHEDULE,
+    MAX_PLANNED_STEPS,
+    find_schedule,
+    lr_curve,
+    schedule_lines,
+    sparkline,
+)
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "norm.placement"
@@ -34,6 +41,14 @@ class Norm:
     where: str
     input_id: int
     output_id: int
+    file: str | None = None  # the user's line that applies it
+    line: int | None = None
+
+    @property
+    def location(self) -> Location:
+        if self.file and self.line:
+            return Location(self.where, self.file, self.line)
+        return Location(self.where, reason="the norm is applied by library code with no line of yours")
 
 
 @check(ID, "Post-LN or Pre-LN from the recorded ops; Post-LN without warmup is warned about",
@@ -59,7 +74,7 @@ def norm_placement(ctx) -> list[Finding]:
                         evidence=evidence)]
     placement = "Post-LN" if post and not pre else "Pre-LN" if pre and not post else "mixed Post-LN and Pre-LN"
     evidence["placement"] = placement
-    where = Location((post or pre)[0].where)
+    where = (post or pre)[0].location
     if not post:
         return [Finding(ID, Status.PASS, f"Pre-LN: {len(pre)} norms in front of their sublayers "
                         f"({_few(pre)}); Pre-LN trains stably without warmup", where, evidence)]
@@ -72,14 +87,16 @@ def _norms(rec: Recording) -> list[Norm]:
     out = []
     for op in rec.ops:
         if op.level == "function" and op.short_name in NORM_OPS and op.input_ids and op.output_ids:
-            out.append(Norm(op.module, op.input_ids[0], op.output_ids[0]))
+            out.append(Norm(op.module, op.input_ids[0], op.output_ids[0], op.file, op.line))
     seen = {n.output_id for n in out}
     for call in rec.calls:
         direct = [o for o in rec.ops_in(call) if o.call == call.index and o.level == "function"]
         if call.input_ids and call.output_ids and call.output_ids[0] not in seen and \
                 not any(o.short_name in NORM_OPS for o in direct) and (
                     any(o.short_name in RMS_OPS for o in direct) or _standardises(call.input_ids[0], direct)):
-            out.append(Norm(call.path, call.input_ids[0], call.output_ids[0]))
+            first = next((o for o in direct if o.file), None)
+            file, line = (first.file, first.line) if first is not None else (None, None)
+            out.append(Norm(call.path, call.input_ids[0], call.output_ids[0], file, line))
     return out
 
 
@@ -126,11 +143,15 @@ def _post_ln(subject, placement: str, post: list[Norm], where: Location, evidenc
     evidence.update(schedule=schedule.source, first_rate=first, peak_rate=peak, peak_step=curve.peak_step,
                     curve=sparkline(curve.rates), tolerance=f"first rate < {WARMUP_RATIO} x peak")
     if peak > 0 and first >= WARMUP_RATIO * peak:
+        # The line to change is the schedule's (warm up), the norm's placement being the other fix.
+        lines = schedule_lines(curve)
+        at = Location(where.module, *lines.at) if lines.at else Location(where.module, reason=lines.reason)
+        related = (Related("the Post-LN norm", where.file, where.line, where.module),) if where.file else ()
         return Finding(ID, Status.WARN, f"{head}, and {schedule.source} has no warmup: it starts at {first:.3g}, "
                        f"{first / peak:.0%} of its peak {peak:.3g}. At initialisation a Post-LN model's gradients "
                        "near the output are large, so full-rate first steps tend to diverge (Xiong et al., 2020). "
                        "Warm up (a few thousand steps) or use Pre-LN (norm_first=True) with a final norm",
-                       where, evidence, row="post-ln-without-warmup")
+                       at, evidence, row="post-ln-without-warmup", related=related)
     return Finding(ID, Status.PASS, f"{head}; {schedule.source} warms up from {first:.3g} to {peak:.3g} at step "
                    f"{curve.peak_step}", where, evidence)
 

@@ -14,11 +14,13 @@ from collections.abc import Iterator
 import torch
 
 from tfcheck.engine.registry import NotApplicable, check
+from tfcheck.model.construction_sites import model_line
 from tfcheck.model.head import outside_forward
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.numerics import all_finite
-from tfcheck.probe.training import random_projection_loss
+from tfcheck.probe.recorder import Recorder, Recording, tensors_in
+from tfcheck.probe.training import graph_cuts, last_cut, random_projection_loss
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -41,7 +43,7 @@ def train_grad_flow(ctx) -> list[Finding]:
     trainable = [(n, p) for n, p in named if p.requires_grad]
     frozen = [n for n, p in named if not p.requires_grad]
     args, kwargs = subject.make_inputs(PROBE_BATCH, subject.probe_length())
-    with _call_order(subject.model) as order:
+    with _call_order(subject.model) as (order, called_at):
         probe = ctx.run(args, kwargs, "a forward with the graph kept, for one backward", grad=True)
     loss, outputs = random_projection_loss(probe.raw)
     base = {"trainable": len(trainable), "frozen": frozen[:20], "float_outputs_in_loss": outputs,
@@ -49,7 +51,7 @@ def train_grad_flow(ctx) -> list[Finding]:
     if loss is None:
         return [Finding(ID, Status.FAIL, f"no output of the model requires grad: the whole forward is cut off from "
                         f"its {len(trainable)} trainable parameters (torch.no_grad, .detach() or .data around the "
-                        "output)", Location(module=""), base, row="param-gets-no-gradient")]
+                        "output)", last_cut(ctx, args, kwargs), base, row="param-gets-no-gradient")]
     grads = torch.autograd.grad(loss, [p for _, p in trainable], allow_unused=True)
     ctx.count_backward(probe.batch * probe.length)
     none = [n for (n, _), g in zip(trainable, grads) if g is None]
@@ -68,10 +70,11 @@ def train_grad_flow(ctx) -> list[Finding]:
     # optional branch (Longformer's global attention runs only with global_attention_mask) looks the same
     # as a layer defined and forgotten, so it is a warning that says both.
     ran = [n for n in none if _module(n) in order]
+    recording = None
     if ran:
         # A parameter of a module that ran may still be read only on an optional path (XLNet's segment
         # biases need token_type_ids): one recorded forward, only now, tells unread from thrown away.
-        unread = _unread(ctx, args, kwargs, dict(trainable), ran)
+        unread, recording = _unread(ctx, args, kwargs, dict(trainable), ran)
         ran = [n for n in ran if n not in unread]
     idle = [n for n in none if n not in ran]
     # Heads forward never calls (its output is d_model wide): the loss applies them, so they are not unused.
@@ -88,7 +91,8 @@ def train_grad_flow(ctx) -> list[Finding]:
             f"{len(ran)} of {len(trainable)} trainable parameters get no gradient, all of {_listed(culprits)}. "
             "Their module ran, but its output does not reach the model's output with a graph: computed and thrown "
             "away, or cut by .detach(), .data or torch.no_grad",
-            Location(module=culprits[0]), {**evidence, "modules": culprits[:20]}, row="param-gets-no-gradient"))
+            _cut_or_call(recording, culprits[0], called_at), {**evidence, "modules": culprits[:20]},
+            row="param-gets-no-gradient"))
     if idle:
         culprits = _whole_modules(subject.model, set(idle))
         untaken = _untaken_optional_inputs(subject.model, kwargs)
@@ -102,7 +106,8 @@ def train_grad_flow(ctx) -> list[Finding]:
             story = "forward takes no optional input tfcheck left out, so the layer is defined and never used"
         findings.append(Finding(ID, status, f"{len(idle)} of {len(trainable)} trainable parameters get no gradient "
                                 f"because no op read them in this forward: {_listed(culprits)}. {story}",
-                                Location(module=culprits[0]), {**evidence, "modules_never_called": culprits[:20],
+                                subject.construction_site(culprits[0]), {**evidence,
+                                                                         "modules_never_called": culprits[:20],
                                                                "optional_inputs_left_out": untaken[:20]},
                                 row="param-gets-no-gradient"))
     if bad:
@@ -116,7 +121,8 @@ def train_grad_flow(ctx) -> list[Finding]:
             f"that makes them sits in or after '{_module(name)}' (everything before it inherits the NaN). Usual "
             "cause: an op with an infinite derivative where it is evaluated (sqrt / log at 0, or in the discarded "
             "branch of torch.where)",
-            Location(module=_module(name)), evidence, row="gradient-not-finite"))
+            Location(module=_module(name), reason="a NaN gradient is born in the backward of an op, which has no line "
+                     "of its own (numerics.nan_source names the forward op)"), evidence, row="gradient-not-finite"))
     if findings:
         return findings
     notes = []
@@ -141,9 +147,9 @@ def _untaken_optional_inputs(model, kwargs: dict) -> list[str]:
             if p.default is None and name not in kwargs and p.kind is not p.VAR_KEYWORD]
 
 
-def _unread(ctx, args: tuple, kwargs: dict, params: dict, names: list[str]) -> set[str]:
-    """Which of ``names`` no op of a recorded forward took as an input."""
-    from tfcheck.probe.recorder import tensors_in
+def _unread(ctx, args: tuple, kwargs: dict, params: dict, names: list[str]) -> tuple[set[str], Recording]:
+    """Which of ``names`` no op of a recorded forward took as an input, and that recording (tensor identities
+    kept, so a cut applied to a module's output is found)."""
 
     wanted = {id(params[n]): n for n in names}
     read: set[str] = set()
@@ -153,19 +159,43 @@ def _unread(ctx, args: tuple, kwargs: dict, params: dict, names: list[str]) -> s
             if id(t) in wanted:
                 read.add(wanted[id(t)])
 
-    ctx.record(args, kwargs, "a recorded forward, to tell parameters no op read from outputs thrown away",
-               on_op=on_op)
-    return set(names) - read
+    recorder = Recorder(ctx.subject.model, on_op=on_op, track_ids=True)
+    with recorder:
+        ctx.run(args, kwargs, "a recorded forward, to tell parameters no op read from outputs thrown away")
+    return set(names) - read, recorder.recording
+
+
+def _cut_or_call(recording: Recording | None, module: str, called_at: dict[str, tuple[str, int]]) -> Location:
+    """Where a module that ran loses its gradient: the .detach() inside it or on its output, else the line that
+    called it and dropped what it returned."""
+    cut = next(iter(graph_cuts(recording, module)), None) if recording is not None else None
+    if cut is not None and cut.file:
+        return Location(module, cut.file, cut.line)
+    file, line = called_at.get(module, (None, None))
+    if file is not None:
+        return Location(module, file, line)
+    return Location(module, reason="no .detach() was recorded and no line of your code called the module "
+                    "(torch.no_grad or .data cut it, which no op records)")
 
 
 @contextlib.contextmanager
-def _call_order(model) -> Iterator[dict[str, int]]:
-    """Module path -> index of its last call in the forward run inside the block (hooks removed after)."""
+def _call_order(model) -> Iterator[tuple[dict[str, int], dict[str, tuple[str, int]]]]:
+    """(module path -> index of its last call, module path -> the user's line of its first call) in the forward
+    run inside the block (hooks removed after)."""
     order: dict[str, int] = {}
+    called_at: dict[str, tuple[str, int]] = {}
     ticks = itertools.count()
-    with hooked(Hook(module, lambda mod, args, path=path: order.__setitem__(path, next(ticks)), pre=True)
+
+    def pre(path: str) -> None:
+        order[path] = next(ticks)
+        if path not in called_at:
+            found = model_line()
+            if found is not None:
+                called_at[path] = found
+
+    with hooked(Hook(module, lambda mod, args, path=path: pre(path), pre=True)
                 for path, module in model.named_modules()):
-        yield order
+        yield order, called_at
 
 
 def _whole_modules(model, names: set[str]) -> list[str]:

@@ -68,7 +68,22 @@ def train_loss_at_init(ctx) -> list[Finding]:
                         f"{expected - floor:.2f} nats above ln({vocab}) = {floor:.2f} (logit std "
                         f"{evidence['logit_std']:.2f}): the logits are large at initialisation, so the first steps "
                         "spend themselves shrinking them. Usual causes: a head tied to an embedding initialised "
-                        "N(0, 1), a missing final norm, an extra scale before the head", Location(module=""),
+                        "N(0, 1), a missing final norm, an extra scale before the head", _head_init(subject, vocab),
                         evidence, row="loss-at-init-high")]
     return [Finding(ID, Status.PASS, f"initial cross-entropy {expected:.3f} vs ln({vocab}) = {floor:.3f} "
                     f"(excess {expected - floor:.3f} nat)", Location(module=""), evidence)]
+
+
+def _head_init(subject, vocab: int) -> Location:
+    """The line that last initialised the head's weight (a Linear to vocab_size; a table tied to it is the same
+    parameter), or its construction line when nothing re-initialised it."""
+    model = subject.model
+    head = next(((n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == vocab),
+                None)
+    if head is None:
+        return Location("", reason=f"no nn.Linear projects to vocab_size={vocab}, so the head's init line is unknown")
+    name = next((n for n, p in model.named_parameters() if p is head[1].weight), None)
+    if name is None:
+        return Location(head[0], reason="the head's weight is not a parameter of the model")
+    written = subject.construction_site(name, module=head[0], kind="written")
+    return written if written.file else subject.construction_site(name, module=head[0])

@@ -21,6 +21,7 @@ from tfcheck.probe.training import (
     fixed_target,
     label_argument,
     labelled_inputs,
+    last_cut,
     lm_logits,
     output_loss,
     own_loss,
@@ -91,7 +92,7 @@ def train_overfit_batch(ctx) -> list[Finding]:
     if losses:
         evidence.update(first_loss=losses[0], final_loss=losses[-1], curve=sparkline(losses, 30))
     if descent.stopped is not None:
-        return [_stopped(descent, evidence)]
+        return [_stopped(ctx, descent, evidence, args, kwargs)]
     if len(losses) < 2 or losses[0] <= 1e-6:
         return [Finding(ID, Status.SKIP, f"inconclusive: the loss starts at {losses[0] if losses else None}; "
                         "there is nothing to descend", evidence=evidence)]
@@ -104,7 +105,7 @@ def train_overfit_batch(ctx) -> list[Finding]:
     verdict = "hardly moves" if status is Status.FAIL else "falls slowly"
     return [Finding(ID, status, f"{how} {verdict}: {losses[0]:.3f} -> {losses[-1]:.3f} ({ratio:.0%}) in "
                     f"{len(losses)} Adam steps at lr {CHECK_LR} on one batch [{sparkline(losses, 30)}]"
-                    f"{_why(descent)}", Location(module=""), evidence, row="cannot-overfit-one-batch")]
+                    f"{_why(descent)}", _where(ctx, descent, args, kwargs), evidence, row="cannot-overfit-one-batch")]
 
 
 class _NoOwnLoss(Exception):
@@ -113,14 +114,33 @@ class _NoOwnLoss(Exception):
         self.name = name
 
 
-def _stopped(descent, evidence: dict) -> Finding:
+def _stopped(ctx, descent, evidence: dict, args: tuple, kwargs: dict) -> Finding:
     if descent.trainable == 0:
         msg = (f"every one of the {descent.frozen} parameters has requires_grad=False, so nothing can learn. "
                "If the model is frozen on purpose (a feature extractor), accept it: "
                "accept=train.overfit_batch:REASON")
     else:
         msg = f"training stopped: {descent.stopped}{_why(descent)}"
-    return Finding(ID, Status.FAIL, msg, Location(module=""), evidence, row="cannot-overfit-one-batch")
+    return Finding(ID, Status.FAIL, msg, _where(ctx, descent, args, kwargs), evidence, row="cannot-overfit-one-batch")
+
+
+def _where(ctx, descent, args: tuple, kwargs: dict) -> Location:
+    """The line that keeps the model from learning: the one that froze its parameters, or the .detach() nearest
+    the output that cuts them all off; otherwise why no single line is to blame."""
+    subject = ctx.subject
+    if descent.trainable == 0:
+        name = next((n for n, _ in subject.model.named_parameters()), None)
+        if name is None:
+            return Location("", reason="the model has no parameter")
+        frozen = subject.construction_site(name, module="", kind="frozen")
+        return frozen if frozen.file else subject.construction_site(name, module="")
+    if descent.cut_off:
+        return last_cut(ctx, args, kwargs)
+    if descent.stopped is not None:  # a non-finite loss: the op that makes it is numerics.nan_source's to name
+        return Location("", reason=f"training stopped ({descent.stopped}); the loss has no line of its own "
+                        "(numerics.nan_source names the op that makes the NaN)")
+    return Location("", reason="the loss falls slowly with gradients reaching the weights: no one line is to blame "
+                    "(train.grad_flow names parameters that get no gradient)")
 
 
 def _why(descent) -> str:

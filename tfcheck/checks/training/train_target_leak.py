@@ -14,6 +14,7 @@ import torch
 
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.memory_limits import limit_for
+from tfcheck.probe.recorder import Recorder
 from tfcheck.probe.training import (
     CHECK_LR,
     CannotCopy,
@@ -30,6 +31,8 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ID = "train.target_leak"
+#: The ops a model's own loss is computed by (F.cross_entropy records as one op, nll_loss under log_softmax).
+LOSS_OPS = frozenset({"cross_entropy", "nll_loss"})
 #: A fresh-batch loss below this share of ln(V) is a leak: a model that cannot see the answer stays at
 #: ln(V) or above (correct models measured 4.58 .. 4.87 for ln(101) = 4.62); one that copies its input
 #: falls towards 0 (the reference variant reaches ~2 in 30 steps).
@@ -100,8 +103,27 @@ def train_target_leak(ctx) -> list[Finding]:
                         f"fresh random batch is {value:.3f}, far below ln({vocab}) = {floor:.3f}: nothing in random "
                         f"tokens predicts the next one, so the model reads the answer from its input. With "
                         f"{label.describe(subject)}, the loss must compare position t's logits with token t + 1 "
-                        "(logits[:, :-1] against labels[:, 1:])", Location(module=""), evidence,
+                        "(logits[:, :-1] against labels[:, 1:])", _loss_line(ctx, label), evidence,
                         row="targets-not-shifted")]
     return [Finding(ID, Status.PASS, f"the model's own loss on a fresh random batch is {value:.3f} after "
                     f"{len(descent.losses)} steps, near ln({vocab}) = {floor:.3f}: the targets are not in the input "
                     f"({label.describe(subject)})", Location(module=""), evidence)]
+
+
+def _loss_line(ctx, label) -> Location:
+    """The line that computes the model's own loss: the last loss op of one recorded forward with labels."""
+    subject = ctx.subject
+    batch, length = batch_size(subject)
+    args, kwargs = labelled_inputs(subject, label, batch, length, torch.Generator().manual_seed(2))
+    recorder = Recorder(subject.model)
+    try:
+        with recorder:
+            call_copy(ctx, subject.model, args, kwargs, "a recorded forward with labels, to find the loss's line",
+                      grad=False)
+    except Exception as exc:  # noqa: BLE001 - the finding stands without its line
+        return Location("", reason=f"the recorded forward that looks for the loss raised {type(exc).__name__}")
+    ops = [op for op in recorder.recording.ops if op.level == "function" and op.short_name in LOSS_OPS and op.file]
+    if not ops:
+        return Location("", reason="no cross_entropy / nll_loss op was recorded, so the loss's line is unknown "
+                        "(a loss written by hand)")
+    return Location(ops[-1].module, ops[-1].file, ops[-1].line)
