@@ -5,7 +5,10 @@ One batched pass per length: row 0 is a random sequence, row k+1 the same sequen
 changed (another token id, plus a random vector added to its embedding so small dependences show). The
 change of output q in row k+1 is the leak map entry (q, k); k > q is forbidden. The layer modules'
 outputs are captured in the same pass, so the first layer that leaks is named, and its one-hop map
-names the pattern; on a leak one more (recorded) pass of the base row reads the ops that explain it.
+names the pattern. On a leak one more pass of the same batch runs under the op recorder
+(causal_patterns.CausalTrace): it finds the op where the leak first appears, and, for the first leaking layer's
+attention, the mask that reaches its scores (where it is built, where it is applied, what it blocks), so the
+finding names the line to change and the pattern the mask shows.
 """
 from __future__ import annotations
 
@@ -14,13 +17,24 @@ from dataclasses import dataclass, field
 import torch
 
 from tfcheck.checks.mask.causal_examples import SHRINK
-from tfcheck.checks.mask.causal_patterns import PATTERNS, OpClues, largest_change, shape_pattern
+from tfcheck.checks.mask.causal_masks import MaskReader
+from tfcheck.checks.mask.causal_patterns import (
+    Diagnosis,
+    describe,
+    diagnose,
+    largest_change,
+    leak_counts,
+    shape_pattern,
+)
+from tfcheck.checks.mask.causal_trace import CausalTrace
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import with_torch_causal_mask
 from tfcheck.model.structure import takes_torch_tgt_mask
 from tfcheck.probe import flow
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.attention_view import visible_attention
+from tfcheck.probe.frames import short_path
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 from tfcheck.ui import leakmap
 
@@ -59,7 +73,8 @@ def mask_causal(ctx) -> list[Finding]:
     16 spread from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
     positions to stay within float rounding; perturbing the
     past must change them (positive control). On a leak: the leak map, the largest change, the first layer
-    that shows it and the named pattern."""
+    that shows it, the named pattern and the line to change (with the lines where the mask that reaches the
+    scores is built and applied, and the scores computed)."""
     subject = ctx.subject
     why_not = _cannot_judge(subject)
     if why_not is not None:
@@ -77,6 +92,11 @@ def mask_causal(ctx) -> list[Finding]:
     leaking = [m for m in measures if m.judgement.leaked]
     if leaking:
         return [shrinking.with_minimal_example(ctx, _leak_finding(ctx, leaking[-1], measures), SHRINK)]
+    hidden = next((m for m in reversed(measures) if m.non_finite_positions), None)
+    if hidden is not None:  # outputs that are not finite hide what they depend on: does the mask explain them?
+        masked = _diagonal_masked(ctx, hidden, measures)
+        if masked is not None:
+            return [masked]
     if not all(m.judgement.conclusive for m in measures):
         weak = next(m for m in measures if not m.judgement.conclusive)
         return [Finding(ID, Status.SKIP, f"inconclusive: at length {weak.length} perturbing earlier positions "
@@ -203,33 +223,30 @@ def _forbidden(n: int) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool).triu(1)
 
 
-# ----- naming the pattern ---------------------------------------------------------------------------
+# ----- naming the pattern and the line ------------------------------------------------------------
 
-def _op_clues(ctx, n: int, seed: int) -> OpClues:
-    """Record one forward of the base sequence and read the ops that explain a leak."""
+def _trace(ctx, m: Measurement) -> CausalTrace:
+    """One more pass of the measured batch (the same sequences, the same perturbation) under the op recorder."""
     subject = ctx.subject
-    sequence, _ = _perturbed_sequence(ctx, n, seed)
-    args, kwargs = _inputs(subject, sequence[:1], seed)
-    clues = OpClues(n)
-    ctx.record(args, kwargs, f"a recorded forward at length {n}", on_op=clues.on_op)
-    return clues
+    n = m.length
+    sequence, where = _perturbed_sequence(ctx, n, seed=n)
+    args, kwargs = _inputs(subject, sequence, n)
+    given = {id(v): f"argument '{k}'" for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    trace = CausalTrace(subject.model, n, perturbed_positions(n), m.first_layer, MaskReader(n), given)
+    with visible_attention(), leakmap.perturbed_embedding(subject.model, sequence, where, n):
+        ctx.record(args, kwargs, f"a recorded forward of the length-{n} probe (where the leak first appears, and "
+                                 "the mask that reaches the scores)", on_op=trace.on_op)
+    return trace
 
 
-def _pattern(ctx, m: Measurement) -> tuple[str, tuple | None]:
-    """The named pattern of a leak, and the op that shows it (if the ops showed it)."""
+def _diagnosis(ctx, m: Measurement) -> tuple[str, Diagnosis]:
+    """The named pattern of a leak and what the recorded forward says about its line."""
     if m.first_layer_map is not None:
-        shape = shape_pattern(m.first_layer_map, m.first_layer_tolerance)
+        dep, tol = m.first_layer_map, m.first_layer_tolerance
     else:
-        shape = shape_pattern(m.output_map, m.tolerance)
-    if shape not in ("no mask at all", "partial leak"):
-        return shape, None
-    # Dependence on every later position has several causes; the recorded ops tell them apart.
-    clues = _op_clues(ctx, m.length, m.length).found
-    for name in ("statistics over the sequence", "fill value too small", "float 0/1 mask added",
-                 "normalisation leak"):
-        if name in clues:
-            return name, clues[name]
-    return shape, None
+        dep, tol = m.output_map, m.tolerance
+    found = diagnose(_trace(ctx, m), m.first_layer, m.first_layer_map, tol)
+    return found.pattern or shape_pattern(dep, tol), found
 
 
 # ----- findings -------------------------------------------------------------------------------------
@@ -275,35 +292,93 @@ def _pass_finding(subject, measures: list[Measurement]) -> Finding:
                    {**worst.judgement.evidence(), **_evidence(subject, measures)})
 
 
+def _location(m: Measurement, found: Diagnosis, layer_list: list) -> tuple[Location, tuple[Related, ...], str]:
+    """The finding's location (the first leaking layer, the line to change or why there is none), its related
+    lines, and the sentence of the message that names the line."""
+    primary = found.primary
+    module = m.first_layer
+    if module is None and found.site_module is not None:  # the layer of the attention it is about, else that module
+        module = next((path for path, _ in layer_list if found.site_module == path
+                       or found.site_module.startswith(path + ".")), found.site_module)
+    if module is None:
+        module = primary.module if primary is not None and primary.module is not None else ""
+    related, seen = [], set()
+    for p in found.related:
+        key = (p.role, p.file, p.line)
+        if p.file and p.line and key not in seen:
+            seen.add(key)
+            related.append(Related(p.role, p.file, p.line, p.module))
+    if primary is None or not (primary.file and primary.line):
+        reason = found.reason or ("the op runs in torch's own modules, with no line of the model's code on its stack"
+                                  if primary is not None else "the recorded forward shows no line that explains the "
+                                                              "leak")
+        return Location(module, reason=reason), tuple(related), f" No line to point at: {reason}."
+    sentence = f" The line to change: {short_path(primary.file)}:{primary.line} ({primary.role})"
+    sentence += f"; {found.reason}." if found.reason else "."
+    return Location(module, primary.file, primary.line, found.reason), tuple(related), sentence
+
+
 def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     subject = ctx.subject
-    pattern, op = _pattern(ctx, m)
-    row, meaning = PATTERNS[pattern]
+    pattern, found = _diagnosis(ctx, m)
+    row, meaning = describe(pattern)
     lm = _leak_map(m)
     in_output = m.judgement.largest == largest_change(m.output_map, _forbidden(m.length))
     dep = m.output_map if in_output else m.first_layer_map
     assert dep is not None  # a leak not in the output was measured in a layer
     scored = torch.where(_forbidden(m.length), dep.nan_to_num(nan=-1.0), torch.full_like(dep, -1.0))
     q, k = divmod(int(scored.argmax()), m.length)
-    where = f" It first appears in layer '{m.first_layer}'." if m.first_layer else ""
+    leaks, measured = leak_counts(m.output_map, m.tolerance)
+    counted = f"{leaks} of {measured} (query, later key) pairs measured leak at the output"
+    if m.first_layer is not None and m.first_layer_map is not None:
+        in_layer, of = leak_counts(m.first_layer_map, m.first_layer_tolerance)
+        counted += f", {in_layer} of {of} in layer '{m.first_layer}', where it first appears"
+    where = ""
     if m.non_finite_positions:
         where += (f" The output is not finite at positions {m.non_finite_positions} (marked ?), which hides "
                   "changes there.")
-    if op is not None:
-        where += f" The op: {op[3]}" + (f" at {op[1]}:{op[2]}" if op[1] else "") + "."
-    measured = _forbidden(m.length) & ~m.output_map.isnan()
-    leaks = int((measured & (m.output_map > m.tolerance)).sum())
+    location, related, line_sentence = _location(m, found, leakmap.layer_modules(subject.model))
+    if found.op is not None:
+        op = found.op
+        elsewhere = op["file"] and (op["file"], op["line"]) != (location.file, location.line)
+        where += f" The op: {op['detail']}" + (f" at {short_path(op['file'])}:{op['line']}" if elsewhere else "") + "."
     message = (f"causal leak ({pattern}): {meaning}. At length {m.length} output position {q} changed by "
-               f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {leaks} of "
-               f"{int(measured.sum())} (query, later key) pairs measured leak.{where}")
+               f"{m.judgement.largest:.3g} when position {k} changed (tolerance {m.tolerance:.3g}); {counted}."
+               f"{where}{line_sentence}")
     evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern,
                 "first_leaking_layer": m.first_layer, "layers": m.layers, "largest_leak_at": {"query": q, "key": k},
                 **leakmap.evidence_of(lm)}
-    if op is not None:
-        evidence["op"] = {"name": op[0], "file": op[1], "line": op[2], "detail": op[3]}
-    location = Location(module=m.first_layer, file=op[1] if op else None, line=op[2] if op else None)
+    if found.op is not None:
+        evidence["op"] = dict(found.op)
+    if found.mask is not None:
+        evidence["mask_reaching_scores"] = found.mask
+    return _problem(subject, message, location, evidence, row, related)
+
+
+def _problem(subject, message: str, location: Location, evidence: dict, row: str,
+             related: tuple[Related, ...]) -> Finding:
+    """A FAIL, or a WARN that names the declarations when the kind is unknown (the model may be an encoder)."""
     if subject.kind is None and subject.facts.causal is not True:
         message = (f"the kind is unknown: if this model is causal, declare causal=true (or kind=decoder) and this "
                    f"is a failure; if it is an encoder, declare kind=encoder (or causal=false). Measured: {message}")
-        return Finding(ID, Status.WARN, message, location, evidence, row)
-    return Finding(ID, Status.FAIL, message, location, evidence, row)
+        return Finding(ID, Status.WARN, message, location, evidence, row, related)
+    return Finding(ID, Status.FAIL, message, location, evidence, row, related)
+
+
+def _diagonal_masked(ctx, m: Measurement, measures: list[Measurement]) -> Finding | None:
+    """A FAIL when outputs that are not finite come from a mask that blocks the diagonal: with a -inf fill,
+    position 0 has no key left and its output is NaN (what a finite fill would leak), so no map can show the
+    leak. None when the recorded forward does not show such a mask."""
+    found = diagnose(_trace(ctx, m), m.first_layer, None, m.tolerance)
+    if found.pattern != "diagonal masked":
+        return None
+    row, meaning = describe(found.pattern)
+    location, related, line_sentence = _location(m, found, leakmap.layer_modules(ctx.subject.model))
+    message = (f"causal mask wrong ({found.pattern}): {meaning}. At length {m.length} the output is not finite at "
+               f"positions {m.non_finite_positions}, so what they depend on cannot be measured, and the mask that "
+               f"reaches the attention scores blocks every position's own key.{line_sentence}")
+    evidence = {**m.judgement.evidence(), **_evidence(ctx.subject, measures), "pattern": found.pattern,
+                "non_finite_positions": m.non_finite_positions, "first_leaking_layer": m.first_layer}
+    if found.mask is not None:
+        evidence["mask_reaching_scores"] = found.mask
+    return _problem(ctx.subject, message, location, evidence, row, related)
