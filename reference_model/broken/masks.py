@@ -29,7 +29,7 @@ class LMWithoutCausalMask(TransformerLM):
     __tfcheck_expect__ = {"check": "mask.causal", "row": "inference-worse-than-training"}
 
     def build_mask(self, tokens):
-        return padding_mask(tokens, self.config.pad_id)  # (b, 1, 1, s): padding only
+        return padding_mask(tokens, self.config.pad_id)  # (b, 1, 1, s): padding only  # tfcheck: defect
 
 
 class CausalMaskOffByOne(TransformerLM):
@@ -43,7 +43,7 @@ class CausalMaskOffByOne(TransformerLM):
 
     def build_mask(self, tokens):
         s = tokens.size(1)
-        causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=tokens.device), diagonal=1)
+        causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=tokens.device), diagonal=1)  # tfcheck: defect
         return padding_mask(tokens, self.config.pad_id) & causal  # (b, 1, s, s)
 
 
@@ -59,7 +59,7 @@ class CausalMaskInverted(TransformerLM):
 
     def build_mask(self, tokens):
         s = tokens.size(1)
-        causal = torch.triu(torch.ones(s, s, dtype=torch.bool, device=tokens.device))
+        causal = torch.triu(torch.ones(s, s, dtype=torch.bool, device=tokens.device))  # tfcheck: defect
         return padding_mask(tokens, self.config.pad_id) & causal
 
 
@@ -67,7 +67,7 @@ class _MaskAfterSoftmaxAttention(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         weights = (q @ k.transpose(-2, -1) / self.d_k**0.5).softmax(dim=-1)  # (b, h, s, s)
         if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)  # the future already entered the softmax's sum
+            weights = weights.masked_fill(~mask, 0.0)  # the future already entered the softmax's sum  # tfcheck: defect(CausalMaskAfterSoftmax)  # noqa: E501
         return self.dropout(weights) @ v, weights
 
 
@@ -88,7 +88,7 @@ class CausalMaskAfterSoftmax(TransformerLM):
 class _FloatMaskSDPAAttention(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         # BUG: a float attn_mask is ADDED to the scores; 1.0 / 0.0 masks nothing.
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() if mask is not None else None)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() if mask is not None else None)  # tfcheck: defect(CausalMaskFloatAdded)  # noqa: E501
         return out, None
 
 
@@ -110,7 +110,7 @@ class _TinyFillAttention(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         scores = q @ k.transpose(-2, -1) / self.d_k**0.5
         if mask is not None:
-            scores = scores.masked_fill(~mask, -1e-12)  # BUG: meant -1e12
+            scores = scores.masked_fill(~mask, -1e-12)  # BUG: meant -1e12  # tfcheck: defect(CausalMaskFillTooSmall)
         weights = scores.softmax(dim=-1)
         return self.dropout(weights) @ v, weights
 
@@ -140,7 +140,7 @@ class LMNormalisesOverTheSequence(TransformerLM):
     def forward(self, tokens):
         mask = self.build_mask(tokens)
         x = self.pos(self.embed(tokens))
-        x = F.layer_norm(x, x.shape[1:])  # BUG: over (s, d)
+        x = F.layer_norm(x, x.shape[1:])  # BUG: over (s, d)  # tfcheck: defect
         for layer in self.layers:
             x = layer(x, mask)
         return self.lm_head(self.norm(x))
@@ -158,7 +158,7 @@ class EncoderPaddingMaskInverted(TransformerEncoder):
     __tfcheck_expect__ = {"check": "mask.padding", "row": "padding-mask-inverted"}
 
     def forward(self, tokens):
-        mask = (tokens == self.config.pad_id)[:, None, None, :]  # BUG: inverted
+        mask = (tokens == self.config.pad_id)[:, None, None, :]  # BUG: inverted  # tfcheck: defect
         x = self.pos(self.embed(tokens))
         for layer in self.layers:
             x = layer(x, mask)
@@ -175,7 +175,7 @@ class EncoderPaddingMaskOnQueries(TransformerEncoder):
     __tfcheck_expect__ = {"check": "mask.padding", "row": "padding-mask-query-axis"}
 
     def forward(self, tokens):
-        mask = (tokens != self.config.pad_id)[:, None, :, None]  # BUG: query axis
+        mask = (tokens != self.config.pad_id)[:, None, :, None]  # BUG: query axis  # tfcheck: defect
         x = self.pos(self.embed(tokens))
         for layer in self.layers:
             x = layer(x, mask)
@@ -193,7 +193,7 @@ class EncoderPaddingMaskIgnored(TransformerEncoder):
     def forward(self, tokens):
         x = self.pos(self.embed(tokens))
         for layer in self.layers:
-            x = layer(x)  # BUG: the mask is not passed
+            x = layer(x)  # BUG: the mask is not passed  # tfcheck: defect
         return self.norm(x)
 
 
@@ -212,5 +212,5 @@ class Seq2SeqCrossAttentionUnmasked(Seq2SeqTransformer):
             torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device))
         x = self.pos(self.tgt_embed(tgt))
         for layer in self.decoder_layers:
-            x = layer(x, memory, self_mask, None)  # BUG: no memory mask
+            x = layer(x, memory, self_mask, None)  # BUG: no memory mask  # tfcheck: defect
         return self.generator(self.decoder_norm(x))

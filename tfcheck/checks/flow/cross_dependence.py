@@ -27,13 +27,16 @@ from tfcheck.checks.flow.cross_sites import (
     Sides,
     location_of,
     max_change,
+    wiring_call,
 )
 from tfcheck.engine.registry import check
 from tfcheck.model import flat_outputs
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import tolerance
+from tfcheck.probe.frames import is_user_frame
 from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.recorder import user_line
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 
@@ -79,8 +82,9 @@ class _LayerHooks:
         def hook(module, args, kwargs):
             found = {self.sides.side(v) for v in (*args, *kwargs.values())}
             both = {"target", "source"} <= found
+            file, line = user_line()
             self.calls.append(CrossCall(path, type(module).__name__, self.stack[-1] if self.stack else None, both,
-                                    module=module))
+                                        module=module, file=file, line=line))
             self.stack.append(len(self.calls) - 1)
             if not both:
                 return None
@@ -117,6 +121,24 @@ class _LayerHooks:
                     covered.add(parent)
                     parent = self.calls[parent].parent
         return [c for i, c in enumerate(self.calls) if c.both and i not in covered and c.has_output]
+
+
+def _deaf_location(deaf: CrossCall, layers: list[CrossCall],
+                   calls: list[CrossCall]) -> tuple[Location, tuple[Related, ...]]:
+    """Where ``deaf`` should read the source: its call that stands where a layer like it calls the module that reads
+    it (the line passing the decoder's own states as keys and values), that call's line in the reading layer as
+    related; else the deaf module's forward, where it is the user's code."""
+    reading = [c for c in layers if c.change > c.tol]
+    found = wiring_call(deaf, reading, calls) if deaf.path else None
+    if found is not None:
+        wiring, model = found
+        return Location(deaf.path, wiring.file, wiring.line), (
+            Related("the same call where a layer reads the source", model.file, model.line, model.path),)
+    fallback = location_of(deaf)
+    if fallback.file and is_user_frame(fallback.file):
+        return fallback, ()
+    return Location(deaf.path, reason="no layer like it reads the source to show which of its calls should, and its "
+                                      "forward is not the user's code"), ()
 
 
 def _first_per_sample(output, batch: int) -> torch.Tensor | None:
@@ -163,10 +185,12 @@ def _through_each_layer(ctx, source_length: int, target_length: int) -> tuple[Fi
             f"the decoder output does not depend on the source at all: a completely different source changed it by "
             f"{overall:.3g} (tolerance {tol:.3g}), while another target changed it by {control:.3g}. The encoder "
             "output (memory) never reaches the decoder: give each decoder layer's cross-attention key=memory, "
-            "value=memory"), Location(module=""), evidence, ROW_SOURCE), layers
+            "value=memory"), Location(module="", reason="no layer reads the source, so no call that does shows which "
+            "call should pass it"), evidence, ROW_SOURCE), layers
     deaf = [c for c in layers if c.change <= c.tol]
     if deaf:
         first = deaf[0]
+        location, related = _deaf_location(first, layers, hooks.calls)
         names = ", ".join(f"'{c.path}' ({c.cls}, change {c.change:.3g}, tolerance {c.tol:.3g})" for c in deaf)
         reading = [c.path for c in layers if c not in deaf]
         return Finding(ID, Status.FAIL, (
@@ -174,7 +198,7 @@ def _through_each_layer(ctx, source_length: int, target_length: int) -> tuple[Fi
             "target-side inputs held equal, a different source did not change their output"
             + (f" (those that read it: {', '.join(reading)})" if reading else "")
             + ". Their cross-attention reads the decoder's own states: cross_attn(x, x, x) where "
-            "cross_attn(x, memory, memory) was meant"), location_of(first), evidence, ROW_SOURCE), layers
+            "cross_attn(x, memory, memory) was meant"), location, evidence, ROW_SOURCE, related), layers
     if not layers:
         return Finding(ID, Status.PASS, (
             f"the decoder output depends on the source (change {overall:.3g}, tolerance {tol:.3g}); no module "

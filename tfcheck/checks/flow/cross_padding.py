@@ -1,7 +1,8 @@
 """cross.dependence, its second half: the decoder never reads the source's padding. Where the mask is passed
 in, the source tokens at padded positions change (mask unchanged); where it is built inside from pad_id, padded
 and unpadded sources are compared. The memory entering cross-attention says whether a leak is in the encoder
-or in cross-attention."""
+or in cross-attention. On a leak, one recorded forward of the padded batch follows the padding mask to name the line
+that leaves it out (tfcheck.probe.padding_trace)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,10 +11,12 @@ import torch
 import torch.nn as nn
 
 from tfcheck.checks.flow.cross_sites import ID, REAL_LENGTHS, ROW_PAD, CrossCall, Sides, max_change
+from tfcheck.engine.context import ModelRaised
 from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.probe.flow import Judgement, replace_tokens, tolerance
 from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.padding_trace import PaddingTrace, blame
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 
@@ -61,7 +64,7 @@ def source_padding(ctx, source_length: int, target_length: int, sites: list[Cros
                 "declare mask=ARGUMENT:CONVENTION, or pad_id=INT and mask=internal if it masks pads inside"))
         else:
             measured = _padded_vs_unpadded(ctx, source_length, target_length, tap)
-    judged, evidence, memory_change, memory_tol = measured
+    judged, evidence, memory_change, memory_tol, padded = measured
     evidence = {**evidence, **judged.evidence(), "mask": str(mask)}
     if not judged.conclusive:
         return Finding(ID, Status.SKIP, (
@@ -77,14 +80,35 @@ def source_padding(ctx, source_length: int, target_length: int, sites: list[Cros
     evidence["memory_change_at_real_positions"] = memory_change
     message = (f"source padding leaks into the decoder output: {evidence['compared']} moved it by {judged.largest:.3g} "
                f"(tolerance {judged.tolerance:.3g}). {where}")
+    related: tuple[Related, ...] = ()
+    if memory_change is not None and memory_change > memory_tol:
+        location = Location("", reason="the leak is in the encoder (its output at real positions moved), not in "
+                                       "cross-attention: mask.padding names the encoder's line")
+    else:
+        location, related = _where_the_mask_stops(ctx, source_length, padded, sites[0].path if sites else "")
     if mask.convention == "none":
         return Finding(ID, Status.WARN, (
             f"{message}. The model declares no padding mask (mask=none), so it may never be given padded sources; "
             "declare mask=internal (pads masked inside from pad_id) to make this a failure, or pass the mask"),
-            Location(module=""), evidence, ROW_PAD)
-    location = Location(module=sites[0].path) if sites and memory_change is not None and memory_change <= memory_tol \
-        else Location(module="")
-    return Finding(ID, Status.FAIL, message, location, evidence, ROW_PAD)
+            location, evidence, ROW_PAD, related)
+    return Finding(ID, Status.FAIL, message, location, evidence, ROW_PAD, related)
+
+
+def _where_the_mask_stops(ctx, source_length: int, padded: tuple[tuple, dict, int],
+                          cross_attention: str) -> tuple[Location, tuple[Related, ...]]:
+    """One recorded forward of the padded batch follows the padding mask: the line that leaves it out of
+    ``cross_attention`` (the call that passes no mask on, or the scores computed without one)."""
+    args, kwargs, batch = padded
+    trace = PaddingTrace(ctx.subject.model, batch, source_length)
+    try:
+        with trace.hooks():
+            ctx.record(args, kwargs, f"a recorded forward of the {batch} padded sources (where the padding mask "
+                       "goes)", on_op=trace.on_op)
+    except ModelRaised as raised:
+        return Location(cross_attention, reason=f"the recorded forward that follows the padding mask raised "
+                                                f"({type(raised.__cause__).__name__})"), ()
+    found = blame(trace, cross_attention)
+    return found.location, found.related
 
 
 def _leak_site(sites: list[CrossCall], memory_change: float | None, memory_tol: float) -> str:
@@ -131,7 +155,7 @@ def _pad_content(ctx, source_length: int, target_length: int, tap: _MemoryTap):
     compared = "changing the source content at padded positions (mask unchanged)"
     return judged, {"compared": compared, "real_lengths": list(REAL_LENGTHS), "source_length": source_length,
                     "memory_key_padding_mask_given": "memory_key_padding_mask" in kwargs}, \
-        memory_change, memory_tol or 0.0
+        memory_change, memory_tol or 0.0, (args, kwargs, 5)
 
 
 def _padded_vs_unpadded(ctx, source_length: int, target_length: int, tap: _MemoryTap):
@@ -147,7 +171,8 @@ def _padded_vs_unpadded(ctx, source_length: int, target_length: int, tap: _Memor
     control = _change_last_real(subject, padded[:1], REAL_LENGTHS[0], gen)
     target = subject.random_tokens(1, target_length, gen)
     tap.begin(3, source_length)
-    padded_out = ctx.run(*subject.inputs_for(torch.cat([padded, control]), _repeat(target, 3)),
+    padded_inputs = subject.inputs_for(torch.cat([padded, control]), _repeat(target, 3))
+    padded_out = ctx.run(*padded_inputs,
                          f"a forward at batch 3, source length {source_length}: right-padded to real lengths "
                          f"{REAL_LENGTHS}, and a real token changed", grad=True).output  # grad: see _pad_content
     padded_memory = tap.captured[-1]
@@ -164,7 +189,7 @@ def _padded_vs_unpadded(ctx, source_length: int, target_length: int, tap: _Memor
     memory_tol = tolerance(padded_memory) if padded_memory is not None else 0.0
     compared = f"right-padding the source (pad_id={pad}, mask built inside) against the same source unpadded"
     return judged, {"compared": compared, "real_lengths": list(REAL_LENGTHS), "source_length": source_length}, \
-        memory_change, memory_tol
+        memory_change, memory_tol, (*padded_inputs, 3)
 
 
 def _fill_padding(subject, real: torch.Tensor, keep: torch.Tensor, gen) -> torch.Tensor:

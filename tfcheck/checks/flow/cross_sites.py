@@ -28,6 +28,8 @@ class CrossCall:
     tol: float = 0.0
     has_output: bool = False
     module: nn.Module | None = None
+    file: str | None = None  # the user's line that made the call
+    line: int | None = None
 
 
 @dataclass
@@ -53,6 +55,24 @@ def max_change(a: torch.Tensor, b: torch.Tensor) -> float:
         return float("inf")
     diff = torch.nan_to_num((a.detach().double() - b.detach().double()).abs(), nan=float("inf"))
     return float(diff.max()) if diff.numel() else 0.0
+
+
+def wiring_call(deaf: CrossCall, reading: list[CrossCall],
+                calls: list[CrossCall]) -> tuple[CrossCall, CrossCall] | None:
+    """(the call inside ``deaf`` that stands where a sibling of it, another layer of the same stack, calls a module
+    that reads the source; that reading call): the first is the call that passes ``deaf``'s sublayer the wrong keys
+    and values. None where no layer of the stack reads the source, or ``deaf`` has no such sublayer."""
+    stack = deaf.path.rpartition(".")[0]
+    for call in reading:
+        parts = call.path.split(".")
+        for depth in range(1, len(parts)):
+            sibling = ".".join(parts[:depth])
+            if sibling != deaf.path and sibling.rpartition(".")[0] == stack:
+                wanted = deaf.path + call.path[len(sibling):]
+                found = next((c for c in calls if c.path == wanted and c.line), None)
+                if found is not None:
+                    return found, call
+    return None
 
 
 def location_of(call: CrossCall) -> Location:

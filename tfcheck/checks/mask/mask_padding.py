@@ -5,7 +5,9 @@ laid out for the wrong sample only shows then), in three groups of rows:
 A the padded samples; B the same with other content at the pads (other token ids where the mask is
 passed in, and a random vector added to the pads' embeddings, which also works where the mask is built
 inside from pad_id and the pad ids must stay); C a real token changed (the positive control: real
-outputs must move). On a leak, one recorded pass of A shows where the mask meets the scores.
+outputs must move). The layer modules' outputs are captured in the same pass, so the first layer where the
+pads reach real outputs is named; on a leak, one recorded pass of A shows where the mask meets that layer's
+scores (or where it stops short of them), the line the finding points at.
 Where the mask is built inside, one more pass compares the right-padded sample with the same sequence
 unpadded (right-padding equivalence: positions are unchanged).
 """
@@ -17,6 +19,7 @@ from tfcheck.checks.mask.padding_examples import SHRINK, layout, padded_inputs
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
 from tfcheck.probe import flow
+from tfcheck.probe.padding_trace import PaddingTrace, blame
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 from tfcheck.ui import leakmap
@@ -41,6 +44,9 @@ PATTERNS = {
                                           "attends to the padded source positions"),
     "padding leak": ("padding-leak", "some real tokens depend on pad content, in no shape tfcheck recognises"),
 }
+#: What is wrong with a mask that does reach the scores, by pattern: its values (the line that builds it is the one to
+#: change) or its layout (the line that shapes it); any other leak points where the mask is applied.
+WRONG = {"inverted convention": "values", "mask on the query axis": "layout"}
 
 
 def _applies(subject) -> NotApplicable | None:
@@ -102,10 +108,10 @@ class _Measured:
 
     def __init__(self, mode: str, n: int, keep: torch.Tensor, control_at: list[int], groups: dict,
                  layers: list, equivalence: float | None, seq2seq: bool, tolerance: float, perturbed: list[str],
-                 ids_changed: bool = True):
+                 ids_changed: bool = True, first_layer: str | None = None):
         self.mode, self.n, self.keep, self.control_at, self.ids_changed = mode, n, keep, control_at, ids_changed
         self.groups, self.layers, self.equivalence, self.seq2seq = groups, layers, equivalence, seq2seq
-        self.tolerance, self.perturbed = tolerance, perturbed
+        self.tolerance, self.perturbed, self.first_layer = tolerance, perturbed, first_layer
 
 
 def _measure(ctx, mode: str, n: int, change_ids: bool = False):
@@ -154,12 +160,28 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
         # the pad ids themselves (one more pass) rather than pass on a probe that perturbed nothing.
         return _measure(ctx, mode, n, change_ids=True)
     groups = {name: out[i * SAMPLES:(i + 1) * SAMPLES] for i, name in enumerate("ABC")}
-    equivalence = None
+    equivalence, first_layer = None, _first_leaking_layer(layers, keep, out_len if target is not None else None)
     if mode != "argument":
-        equivalence = _right_padding_equivalence(ctx, base, keep, target, groups["A"])
+        equivalence, unequal_layer = _right_padding_equivalence(ctx, base, keep, target, groups["A"], layers)
+        first_layer = first_layer or unequal_layer
     encoder = [(p, v) for p, v in layers if v.dim() >= 2 and v.shape[1] == n] if target is not None else []
     return _Measured(mode, n, keep, control_at, groups, encoder[-1:], equivalence, target is not None,
-                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed)
+                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed, first_layer)
+
+
+def _first_leaking_layer(layers: list, keep: torch.Tensor, target_length: int | None) -> str | None:
+    """The first layer (in call order) whose real outputs moved when only the pads changed: on the padded side
+    the real positions, on a seq2seq decoder's side (``target_length``) every position."""
+    n = keep.shape[1]
+    for path, value in layers:
+        if value.dim() < 2 or value.shape[1] not in (n, target_length):
+            continue
+        a, b = value[:SAMPLES], value[SAMPLES:2 * SAMPLES]
+        change = flow.change_per_position(a, b)
+        real = keep.to(change.device) if value.shape[1] == n else torch.ones_like(change, dtype=torch.bool)
+        if float(change[real].max()) > flow.tolerance(a):
+            return path
+    return None
 
 
 def _other_content(subject, base: torch.Tensor, where: torch.Tensor, seed: int, gen) -> torch.Tensor:
@@ -177,16 +199,33 @@ def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
     return target.expand(rows, *target.shape[1:])
 
 
-def _right_padding_equivalence(ctx, base, keep, target, padded_out) -> float | None:
-    """Largest change of the right-padded sample's real outputs against the same sequence unpadded."""
+def _right_padding_equivalence(ctx, base, keep, target, padded_out, padded_layers) -> tuple[float | None, str | None]:
+    """Largest change of the right-padded sample's real outputs against the same sequence unpadded, and the first
+    layer (in call order) whose real outputs already differ."""
     subject = ctx.subject
     length = int(keep[2].sum())
     args, kwargs = subject.inputs_for(base[2:3, :length], None if target is None else target[:1])
-    out = ctx.run(args, kwargs, f"the right-padded sample unpadded (length {length})").output
+    with leakmap.captured_layers(subject.model, 1, seq_first=subject.facts.batch_first is False) as layers:
+        out = ctx.run(args, kwargs, f"the right-padded sample unpadded (length {length})").output
     reference = padded_out[2:3] if target is not None else padded_out[2:3, :length]
     if tuple(out.shape) != tuple(reference.shape):
-        return None
-    return float(flow.change_per_position(reference, out).max())
+        return None, None
+    return float(flow.change_per_position(reference, out).max()), _first_unequal_layer(padded_layers, layers, length)
+
+
+def _first_unequal_layer(padded: list, unpadded: list, length: int) -> str | None:
+    """The first layer whose output for the right-padded sample (row 2 of ``padded``) differs at its ``length`` real
+    positions from the same layer's output for the sequence unpadded; the layers are paired in call order."""
+    for (path, value), (other_path, alone) in zip(padded, unpadded):
+        if path != other_path or value.dim() < 2 or alone.dim() < 2 or alone.shape[1] > value.shape[1]:
+            return None  # the calls no longer pair up: nothing more can be told
+        positions = min(length, alone.shape[1])
+        own = value[2:3, :positions]
+        if own.shape != alone[:, :positions].shape:
+            continue
+        if float(flow.change_per_position(own, alone[:, :positions]).max()) > flow.tolerance(own):
+            return path
+    return None
 
 
 # ----- judging --------------------------------------------------------------------------------------
@@ -242,7 +281,7 @@ def _leak_map(m: _Measured, leak_change: torch.Tensor) -> leakmap.LeakMap:
                            [f"p{j}" for j in range(leak_change.shape[1])], leak_change.tolist(), roles, m.tolerance)
 
 
-def _pattern(ctx, m: _Measured, judgement: flow.Judgement) -> tuple[str, str]:
+def _pattern(m: _Measured, judgement: flow.Judgement, axis: str | None) -> tuple[str, str]:
     """The named pattern and the measurement that names it."""
     if m.seq2seq and m.layers:
         path, value = m.layers[0]
@@ -254,7 +293,6 @@ def _pattern(ctx, m: _Measured, judgement: flow.Judgement) -> tuple[str, str]:
     if judgement.control <= judgement.tolerance:
         return "inverted convention", (f"a changed real token moved the other real outputs by only "
                                        f"{judgement.control:.3g} (tolerance {judgement.tolerance:.3g})")
-    axis = _mask_axis(ctx, m)
     if axis == "query":
         return "mask on the query axis", "a per-sample mask shaped (b, ..., s, 1) is applied to the (s, s) scores"
     if axis is None:
@@ -262,9 +300,10 @@ def _pattern(ctx, m: _Measured, judgement: flow.Judgement) -> tuple[str, str]:
     return "padding leak", "the pad content reaches real positions"
 
 
-def _mask_axis(ctx, m: _Measured) -> str | None:
-    """Record one forward of the padded samples: 'query' when a per-sample mask is applied to square
-    (s, s) scores on the query axis, 'key' when one is applied on the key axis, None when none is."""
+def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace]:
+    """Record one forward of the padded samples: the mask's axis ('query' when a per-sample mask is applied to
+    square (s, s) scores on the query axis, 'key' when one is applied on the key axis, None when none is), and
+    the trace of the padding mask through it (which line the finding points at)."""
     subject = ctx.subject
     n = m.n
     gen = torch.Generator().manual_seed(23)
@@ -294,13 +333,21 @@ def _mask_axis(ctx, m: _Measured) -> str | None:
             elif t.shape[-1] == n and (t.dim() == 2 or t.shape[-2] in (1, n)):
                 seen.add("key")
 
-    ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples", on_op=on_op)
-    return "query" if "query" in seen else ("key" if "key" in seen else None)
+    trace = PaddingTrace(subject.model, SAMPLES, n)
+
+    def both(event, op_args, op_kwargs, out):
+        on_op(event, op_args, op_kwargs, out)
+        trace.on_op(event, op_args, op_kwargs, out)
+
+    with trace.hooks():
+        ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples", on_op=both)
+    return "query" if "query" in seen else ("key" if "key" in seen else None), trace
 
 
 def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, leak_change) -> Finding:
     subject = ctx.subject
-    pattern, basis = _pattern(ctx, m, judgement)
+    axis, trace = _recorded(ctx, m)
+    pattern, basis = _pattern(m, judgement, axis)
     row, meaning = PATTERNS[pattern]
     lm = _leak_map(m, leak_change)
     real = _real_outputs(m)
@@ -312,11 +359,15 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
                 f"{m.equivalence:.3g}")
     message = (f"padding leak ({pattern}): {meaning}. When only padded positions changed, {what} (tolerance "
                f"{m.tolerance:.3g}); {lm.leaks} real outputs changed. Why this pattern: {basis}.")
-    evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, **leakmap.evidence_of(lm)}
-    location = Location(module=m.layers[0][0] if pattern == "mask not reaching cross-attention" else "")
+    evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, "first_leaking_layer": m.first_layer,
+                **leakmap.evidence_of(lm)}
+    found = blame(trace, m.first_layer or "", WRONG.get(pattern))
+    location, related = found.location, found.related
+    if m.first_layer:
+        message += f" The pads first reach real outputs in layer '{m.first_layer}'."
     if m.mode == "undeclared":
         message = (f"pad_id={subject.facts.pad_id} is known but no padding mask is declared: if the model masks "
                    "padding from pad_id, declare mask=internal and this is a failure; if it takes no padding, declare "
                    f"mask=none. Measured: {message}")
-        return Finding(ID, Status.WARN, message, location, evidence, row)
-    return Finding(ID, Status.FAIL, message, location, evidence, row)
+        return Finding(ID, Status.WARN, message, location, evidence, row, related)
+    return Finding(ID, Status.FAIL, message, location, evidence, row, related)
