@@ -24,7 +24,7 @@ class _MergeWithoutTranspose(MultiHeadAttention):
         v = self._split_heads(self.w_v(value))
         out, _ = self.attend(q, k, v, mask)  # (b, h, s_q, d_k)
         # The bug: (b, h, s, d_k) read as (b, s, d_model) without moving the heads back next to d_k.
-        return self.w_o(out.view(b, s_q, self.d_model))
+        return self.w_o(out.view(b, s_q, self.d_model))  # tfcheck: defect(HeadsMergedWithoutTranspose)
 
 
 class HeadsMergedWithoutTranspose(TransformerLM):
@@ -48,7 +48,7 @@ class _SplitWithoutTranspose(MultiHeadAttention):
     def _split_heads(self, x):
         b, s, _ = x.shape
         # The bug: a direct view to (b, h, s, d_k) slices the positions, not the features, into heads.
-        return x.view(b, self.num_heads, s, self.d_k)
+        return x.view(b, self.num_heads, s, self.d_k)  # tfcheck: defect(HeadsSplitWithoutTranspose)
 
 
 class HeadsSplitWithoutTranspose(TransformerEncoder):
@@ -92,7 +92,7 @@ class ScoresOverFeatures(nn.Module):
         b, s = x.shape
         h = self.embed(x) + self.pos(torch.arange(s, device=x.device))  # (b, s, d)
         q, k, v = (t.view(b, s, self.num_heads, self.d_k).transpose(1, 2) for t in self.qkv(h).chunk(3, -1))
-        scores = q.transpose(-2, -1) @ k / math.sqrt(self.d_k)  # (b, h, d_k, d_k): the bug
+        scores = q.transpose(-2, -1) @ k / math.sqrt(self.d_k)  # (b, h, d_k, d_k): the bug  # tfcheck: defect
         weights = scores.softmax(dim=-1)
         context = v @ weights  # (b, h, s, d_k)
         return h + self.out(context.transpose(1, 2).reshape(b, s, -1))  # (b, s, d)
@@ -193,14 +193,14 @@ class CachePositionsRestartAtZero(_CachedRotaryLM):
     __tfcheck_expect__ = {"check": "decode.cache", "row": "kv-cache-decode-mismatch"}
 
     def positions(self, past_length, length, device):
-        return torch.arange(length, device=device)  # the bug: ignores past_length
+        return torch.arange(length, device=device)  # the bug: ignores past_length  # tfcheck: defect
 
 
 class _TopLeftCausalAttention(_CachedAttention):
     def attend(self, q, k, v):
         # The bug: is_causal=True aligns the mask top-left, so with 1 query and t cached keys the query
         # sees key 0 only.
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # tfcheck: defect(CacheWithTopLeftIsCausal)
 
 
 class CacheWithTopLeftIsCausal(_CachedRotaryLM):

@@ -33,7 +33,7 @@ def _attention(q, k, v, mask, scale, fill, dim=-1):
 class _ScaledByDModel(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         # The bug: √d_model, the full width, instead of √d_k, the per-head size.
-        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_model), torch.finfo(q.dtype).min)
+        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_model), torch.finfo(q.dtype).min)  # tfcheck: defect(AttentionScaledByDModel)  # noqa: E501
 
 
 class AttentionScaledByDModel(TransformerLM):
@@ -49,7 +49,7 @@ class AttentionScaledByDModel(TransformerLM):
 
 class _MultipliedBySqrtDk(MultiHeadAttention):
     def attend(self, q, k, v, mask):
-        return _attention(q, k, v, mask, math.sqrt(self.d_k), torch.finfo(q.dtype).min)  # the bug: * not /
+        return _attention(q, k, v, mask, math.sqrt(self.d_k), torch.finfo(q.dtype).min)  # the bug: * not /  # tfcheck: defect(AttentionMultipliedBySqrtDk)  # noqa: E501
 
 
 class AttentionMultipliedBySqrtDk(TransformerEncoder):
@@ -67,7 +67,7 @@ class AttentionMultipliedBySqrtDk(TransformerEncoder):
 
 class _Unscaled(MultiHeadAttention):
     def attend(self, q, k, v, mask):
-        return _attention(q, k, v, mask, 1.0, torch.finfo(q.dtype).min)  # the bug: no 1/√d_k at all
+        return _attention(q, k, v, mask, 1.0, torch.finfo(q.dtype).min)  # the bug: no 1/√d_k at all  # tfcheck: defect(AttentionUnscaled)  # noqa: E501
 
 
 class AttentionUnscaled(Seq2SeqTransformer):
@@ -86,7 +86,7 @@ class AttentionUnscaled(Seq2SeqTransformer):
 class _SoftmaxOverQueries(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         # The bug: dim=-2 normalises each key's column over the queries.
-        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), torch.finfo(q.dtype).min, dim=-2)
+        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), torch.finfo(q.dtype).min, dim=-2)  # tfcheck: defect(SoftmaxOverQueries)  # noqa: E501
 
 
 class SoftmaxOverQueries(TransformerEncoder):
@@ -105,7 +105,7 @@ class SoftmaxOverQueries(TransformerEncoder):
 class _MinusInfFill(MultiHeadAttention):
     def attend(self, q, k, v, mask):
         # The bug: -inf makes a row with every key masked softmax to 0/0 = NaN.
-        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), float("-inf"))
+        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), float("-inf"))  # tfcheck: defect(MaskFilledWithMinusInf)  # noqa: E501
 
 
 class MaskFilledWithMinusInf(TransformerEncoder):
@@ -121,7 +121,7 @@ class MaskFilledWithMinusInf(TransformerEncoder):
 
 class _MinusOneE9Fill(MultiHeadAttention):
     def attend(self, q, k, v, mask):
-        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), -1e9)  # the bug: -1e9 overflows float16
+        return _attention(q, k, v, mask, 1 / math.sqrt(self.d_k), -1e9)  # the bug: -1e9 overflows float16  # tfcheck: defect(MaskFilledWithMinusOneE9)  # noqa: E501
 
 
 class MaskFilledWithMinusOneE9(TransformerLM):
@@ -141,7 +141,7 @@ class MaskFilledWithMinusOneE9(TransformerLM):
 class _UnitStdEmbedding(TokenEmbedding):
     def __init__(self, vocab_size, d_model, pad_id):
         super().__init__(vocab_size, d_model, pad_id)
-        nn.init.normal_(self.embedding.weight, std=1.0)  # the bug: std 1 and then × √d_model
+        nn.init.normal_(self.embedding.weight, std=1.0)  # the bug: std 1 and then × √d_model  # tfcheck: defect(EmbeddingDrownsPositions)  # noqa: E501
 
 
 class EmbeddingDrownsPositions(TransformerEncoder):

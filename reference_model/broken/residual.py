@@ -10,7 +10,7 @@ class _LastQueryAttention(MultiHeadAttention):
     def forward(self, query, key, value, mask=None):
         # Only the last query is attended: (b, 1, d_model), which x + attn(x) broadcasts over every position.
         keep = None if mask is None else mask[..., -1:, :]
-        return super().forward(query[:, -1:], key, value, keep)
+        return super().forward(query[:, -1:], key, value, keep)  # tfcheck: defect(AttentionForLastPositionOnly)
 
 
 class AttentionForLastPositionOnly(TransformerEncoder):
@@ -38,7 +38,7 @@ class _NoResidual(nn.Module):
         self.dropout = nn.Dropout(layer.dropout.p)
 
     def forward(self, x, mask=None):
-        x = self.norm1(self.dropout(self.self_attn(x, x, x, mask)))
+        x = self.norm1(self.dropout(self.self_attn(x, x, x, mask)))  # tfcheck: defect(NoResidualAroundAttention)
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 

@@ -3,6 +3,8 @@ both ways: every broken pattern caught with its row and the user's line; silent 
 torch.nn Transformers and Hugging Face models; T5-style unscaled attention explained, not failed."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch.nn as nn
 
@@ -78,9 +80,11 @@ def test_each_scale_bug_is_named_at_the_users_line(variant, diagnosis):
     assert res.status is Status.FAIL
     finding = res.findings[0]
     assert diagnosis in finding.message and finding.row == "attention-scale-wrong"
-    with open(finding.location.file) as f:
-        line = f.read().splitlines()[finding.location.line - 1]
-    assert "@" in line or "scaled_dot_product_attention" in line
+    # The location is the line that chose the scale (the scores op itself when the scale is given there); the
+    # scores op is the location or one of the related lines.
+    places = [(finding.location.file, finding.location.line)] + [(r.file, r.line) for r in finding.related]
+    lines = [Path(file).read_text().splitlines()[line - 1] for file, line in places]
+    assert any("@" in line or "scaled_dot_product_attention" in line for line in lines), places
 
 
 def test_t5_like_unscaled_attention_without_a_config_warns_and_accept_silences_it():

@@ -56,7 +56,9 @@ def test_forward_error_explainer_names_module_shapes_line_and_row():
     assert finding.location.module == "layers.0.ffn.w_2"
     assert "Linear expects in_features=32, got last dim 64" in finding.message
     assert "(3, 7, 64)" in finding.message
-    assert finding.location.file.endswith("layers.py") and finding.location.line > 0
+    # The line to change is where the Linear was built with the wrong in_features; the raising line is related.
+    assert finding.location.file.endswith("shapes.py") and finding.location.line > 0
+    assert any(r.file.endswith("layers.py") for r in finding.related)
     assert finding.row == "mat1-mat2-shapes"
 
 

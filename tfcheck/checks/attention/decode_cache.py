@@ -127,12 +127,13 @@ def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
         step_tokens = decoded.shape[0] * (end - start + (source.shape[1] if target is not None else 0))
         what = (f"decoding step {t + 1} of {len(chunks)} ({'a prefill of ' if t == 0 else ''}{end - start} "
                 f"token{'s' if end - start > 1 else ''}, {cache_arg}={'the returned cache' if t else 'None'})")
+        positions = _RestartedPositions(end - start)
         try:
-            raw, recording = _step(ctx, args, kwargs, what, tokens=step_tokens, record=t == 1)
+            raw, recording = _step(ctx, args, kwargs, what, tokens=step_tokens, record=t == 1, on_op=positions)
         except ModelRaised as raised:
             return _raised(raised, t, cache_arg)
         if recording is not None:
-            suspects = _top_left_causal(recording)
+            suspects = _top_left_causal(recording) + positions.found
         out = _step_output(subject, raw)
         cache = _returned_cache(raw, cache_arg)
         if out is None or out.dim() < 2 or out.shape[1] < end - start:
@@ -144,7 +145,7 @@ def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
     return torch.cat(outputs, dim=1), suspects
 
 
-def _step(ctx, args: tuple, kwargs: dict, what: str, tokens: int, record: bool):
+def _step(ctx, args: tuple, kwargs: dict, what: str, tokens: int, record: bool, on_op=None):
     """One counted forward whose raw return is kept as is (a step may return (output, cache) where the
     full forward returns the output alone). The first step with cached keys is recorded, to name the op
     if it misbehaves."""
@@ -152,7 +153,7 @@ def _step(ctx, args: tuple, kwargs: dict, what: str, tokens: int, record: bool):
         return ctx.call(args, kwargs, what, tokens=tokens), None
     from tfcheck.probe.recorder import Recorder
 
-    recorder = Recorder(ctx.subject.model, aten=False)
+    recorder = Recorder(ctx.subject.model, aten=False, on_op=on_op)
     with recorder:
         raw = ctx.call(args, kwargs, what, tokens=tokens)
     return raw, recorder.recording
@@ -199,6 +200,24 @@ def _returned_cache(raw: Any, cache_arg: str) -> Any:
     return None
 
 
+class _RestartedPositions:
+    """``on_op`` for a step after the prefill: ``arange`` calls that number the step's new tokens from 0, where
+    they sit after the cached ones (``arange(length)`` instead of ``arange(past, past + length)``)."""
+
+    def __init__(self, new_tokens: int):
+        self.new_tokens = new_tokens
+        self.found: list[dict] = []
+
+    def __call__(self, event, args: tuple, kwargs: dict, out: Any) -> None:
+        if event.level != "function" or event.short_name != "arange" or not isinstance(out, torch.Tensor) \
+                or out.device.type == "meta":
+            return
+        if out.dim() == 1 and out.numel() == self.new_tokens and bool((out == torch.arange(
+                self.new_tokens, device=out.device, dtype=out.dtype)).all()):
+            self.found.append({"kind": "positions restart at 0", "module": event.module, "file": event.file,
+                               "line": event.line, "positions": out.tolist()})
+
+
 def _top_left_causal(recording) -> list[dict]:
     """scaled_dot_product_attention calls with is_causal=True where queries and keys differ in length:
     is_causal aligns the mask top-left, wrong for queries that come after cached keys."""
@@ -206,7 +225,7 @@ def _top_left_causal(recording) -> list[dict]:
     for op in recording.ops:
         if op.level == "function" and op.short_name == "scaled_dot_product_attention" and op.scalars.get("is_causal") \
                 and len(op.inputs) >= 2 and op.inputs[0].shape[-2:-1] != op.inputs[1].shape[-2:-1]:
-            out.append({"module": op.module, "file": op.file, "line": op.line,
+            out.append({"kind": "top-left is_causal", "module": op.module, "file": op.file, "line": op.line,
                         "query": op.inputs[0].shape, "key": op.inputs[1].shape})
     return out
 
@@ -223,15 +242,23 @@ def _judge(subject, reference, outputs, suspects, tol, control, cache_arg, lengt
                        f"match the full forward (largest difference {max(per_position):.3g} <= tolerance {tol:.3g})",
                        Location(module=""), evidence)
     first = next(i for i, d in enumerate(per_position) if d > tol)
-    where, named = Location(module=""), ""
+    where, named = Location(module="", reason="no op of the decoding step was recognised as the cause (an is_causal "
+                            "mask with cached keys, positions restarting at 0): the difference shows only in the "
+                            "outputs"), ""
     if suspects:
         s = suspects[0]
         where = Location(module=s["module"], file=s["file"], line=s["line"])
-        named = (f" At the first one-token step, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran "
-                 "with is_causal=True on "
-                 f"{s['query'][-2]} queries and {s['key'][-2]} keys: is_causal aligns the mask top-left, so the new "
-                 "query sees only the first keys. With a cache pass a bottom-right aligned attn_mask instead.")
-        evidence["top_left_is_causal"] = suspects
+        if s["kind"] == "top-left is_causal":
+            named = (f" At the first one-token step, scaled_dot_product_attention in '{s['module'] or '<root>'}' ran "
+                     "with is_causal=True on "
+                     f"{s['query'][-2]} queries and {s['key'][-2]} keys: is_causal aligns the mask top-left, so the "
+                     "new query sees only the first keys. With a cache pass a bottom-right aligned attn_mask instead.")
+            evidence["top_left_is_causal"] = [x for x in suspects if x["kind"] == s["kind"]]
+        else:
+            named = (f" At the first one-token step, arange in '{s['module'] or '<root>'}' at {s['file']}:{s['line']} "
+                     f"numbered the new token {s['positions']}, as if no token were cached: positions must continue "
+                     "after the cached ones, arange(past_length, past_length + length).")
+            evidence["positions_restart_at_0"] = [x for x in suspects if x["kind"] == s["kind"]]
     stage = ("in the prefill (no cache yet)" if first < prefill
              else f"at one-token step {first - prefill + 1} of {steps}")
     message = (f"decoding token by token with {cache_arg} differs from the full forward from position {first} on, "

@@ -17,7 +17,7 @@ from tfcheck.engine.registry import check
 from tfcheck.explainers import shrinking
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.flow import Judgement, tolerance
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "batch.independence"
@@ -26,6 +26,8 @@ _STATISTICS = ("mean", "var", "std", "sum", "var_mean", "std_mean", "amax", "ami
                "batch_norm", "instance_norm", "max", "min", "softmax", "log_softmax", "cumsum")
 _LAYOUT = ("view", "reshape", "flatten", "unflatten", "__getitem__", "narrow", "index_select", "split", "chunk",
            "as_strided", "contiguous", "expand")
+#: Ops that re-read memory in a new shape without moving values: a reshape where a transpose was meant.
+_RESHAPES = ("view", "reshape")
 
 
 # ----- the minimal example --------------------------------------------------------------------------
@@ -181,6 +183,8 @@ class Divergence:
     pattern: str
     change: float
     inputs: list
+    #: where the sample's values were first seen changed, when the culprit is an earlier op (file, line, module)
+    seen_at: tuple | None = None
 
 
 class _Rows:
@@ -192,6 +196,7 @@ class _Rows:
         self.found: Divergence | None = None
         self.model: nn.Module | None = None
         self.batch_reductions: list = []  # ops that reduced a per-sample tensor over dim 0
+        self.unbatched: list = []  # reshapes that took a batch-first tensor out of that layout
 
     def rows_of(self, values) -> list:
         flat = values if isinstance(values, (list, tuple)) else [values]
@@ -208,6 +213,8 @@ class _Rows:
         if event.short_name in _STATISTICS and first is not None and first.dim() > 1 \
                 and first.shape[0] == self.batch and _reduces_batch_axis(args, kwargs):
             self.batch_reductions.append(event)
+        if event.short_name in _RESHAPES and _leaves_batch_first(first, out, self.batch):
+            self.unbatched.append(event)
         self.seen.append((event.name, ins, outs))
         if self.reference is None or self.found is not None or len(self.seen) > len(self.reference.seen):
             return
@@ -220,16 +227,29 @@ class _Rows:
         if moved:
             # A batch statistic shows where it is used (x - mean), not where it is taken: point at the latter.
             reduction = self._reduction_for(event) if None in ins else None
-            culprit = reduction or event
+            # A layout op bringing back a tensor that was not batch-first shows the mix; the reshape that took
+            # it out of batch-first, interleaving the samples, made it.
+            unbatched = self.unbatched[-1] if reduction is None and None in ins and self.unbatched and \
+                event.short_name in _LAYOUT else None
+            culprit = reduction or unbatched or event
             self.found = Divergence(culprit.name, culprit.module, culprit.file, culprit.line,
                                     _pattern(self.model, event, args, kwargs, self.batch, reduction),
-                                    max(moved), [str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor)])
+                                    max(moved), [str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor)],
+                                    (event.file, event.line, event.module) if culprit is not event else None)
 
 
     def _reduction_for(self, event):
         """The first batch-axis reduction of the divergent op's module, else the latest one."""
         same = [r for r in self.batch_reductions if r.module == event.module]
         return same[0] if same else (self.batch_reductions[-1] if self.batch_reductions else None)
+
+
+def _leaves_batch_first(x, out, batch: int) -> bool:
+    """A reshape of a batch-first tensor into a permutation of its shape with another axis first: the memory is
+    read in a new order, so rows of the result mix samples."""
+    if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor) or x.dim() < 2 or x.shape[0] != batch:
+        return False
+    return sorted(out.shape) == sorted(x.shape) and tuple(out.shape) != tuple(x.shape) and out.shape[0] != batch
 
 
 def _differs(a, b) -> bool:
@@ -286,12 +306,16 @@ def _reduces_batch_axis(args: tuple, kwargs: dict) -> bool:
 
 def _failure(model: nn.Module, how: str, divergence: Divergence | None, evidence: dict) -> Finding:
     if divergence is None:
+        nowhere = Location(module="", reason="no recorded op of the user's code is where the samples mix")
         return Finding(ID, Status.FAIL, f"samples are not independent: {how}. The recorded ops did not show where they "
-                       "mix (the mixing happens below the Python level)", Location(module=""), evidence, ROW)
+                       "mix (the mixing happens below the Python level)", nowhere, evidence, ROW)
     where = f"'{divergence.module}'" if divergence.module else "the model's own forward"
     evidence = {**evidence, "first_divergent_op": divergence.op, "op_inputs": divergence.inputs,
                 "change_at_that_op": divergence.change}
+    related = (Related("the sample's values are first seen changed here", *divergence.seen_at),) \
+        if divergence.seen_at else ()
     return Finding(ID, Status.FAIL, (
         f"samples are not independent: {how}. The sample's values first change at {divergence.op} in {where}, "
         f"whose per-sample inputs were unchanged — {divergence.pattern}"),
-        Location(module=divergence.module, file=divergence.file, line=divergence.line), evidence, ROW)
+        Location(module=divergence.module, file=divergence.file, line=divergence.line), evidence, ROW,
+        related=related)

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from tfcheck.checks.flow.position_location import table_indexed_by_batch, unplaced_positions
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import ROUNDING, tolerance
@@ -99,7 +100,7 @@ def _encoder_order(ctx, length: int) -> Finding:
                 "length": length, "largest_change_beyond_the_permutation": equivariance, "tolerance": tol,
                 "positive_control_change": control, "same_sequence_other_batch_index_change": index,
                 "causal": subject.facts.causal}
-    return _order_verdict(subject, equivariance, control, index, tol, evidence, "encoder", (
+    return _order_verdict(ctx, equivariance, control, index, tol, evidence, "encoder", (
         "permuting the input tokens only permuted the outputs"))
 
 
@@ -136,7 +137,7 @@ def _source_order(ctx, length: int) -> Finding:
     evidence = {"measured": "change of the decoder output when the source is permuted", "permutation": perm.tolist(),
                 "source_length": length, "change_when_source_permuted": change, "tolerance": tol,
                 "positive_control_change": control, "same_sequence_other_batch_index_change": index}
-    return _order_verdict(subject, change, control, index, tol, evidence, "source", (
+    return _order_verdict(ctx, change, control, index, tol, evidence, "source", (
         "permuting the source tokens left the decoder output unchanged: the encoder treats the source as a bag "
         "of words"))
 
@@ -145,8 +146,9 @@ def _repeat(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.expand(n, *t.shape[1:]).clone()
 
 
-def _order_verdict(subject, change: float, control: float, index: float, tol: float, evidence: dict,
+def _order_verdict(ctx, change: float, control: float, index: float, tol: float, evidence: dict,
                    side: str, symptom: str) -> Finding:
+    subject = ctx.subject
     where = "the source side" if side == "source" else "the encoder"
     if control <= tol:
         return Finding(ID, Status.SKIP, f"inconclusive: changing the tokens did not change the output (largest "
@@ -156,7 +158,7 @@ def _order_verdict(subject, change: float, control: float, index: float, tol: fl
         return Finding(ID, Status.PASS, f"{where} sees positions: permuting the tokens {how} {change:.3g} "
                        f"(tolerance {tol:.3g})", Location(module=""), evidence)
     if index > tol:
-        return _axis_finding(subject, index, tol, evidence, f"{symptom}, and two identical sequences at batch index "
+        return _axis_finding(ctx, index, tol, evidence, f"{symptom}, and two identical sequences at batch index "
                              "0 and 1 got different outputs")
     if subject.facts.takes_features:
         return Finding(ID, Status.SKIP, f"not applicable: {symptom} — {FEATURES_NOTE}", evidence=evidence)
@@ -173,23 +175,28 @@ def _order_verdict(subject, change: float, control: float, index: float, tol: fl
             f"tolerance {tol:.3g} yet {change / (tol / FAINT):.3g}x above rounding ({tol / FAINT:.3g}), while changing "
             f"the tokens changes it by {control:.3g}. Relative positions at random initialisation can be this faint "
             "(XLNet); a model with no positions changes by rounding only. If the model trains well, accept it: "
-            "accept=position.sensitivity:REASON"), Location(module=""), {**evidence, "rounding": tol / FAINT},
-            ROW_NONE)
+            "accept=position.sensitivity:REASON"), Location(module="", reason="a faint signal is the whole model's "
+                                                            "at its initialisation, no one line's"),
+            {**evidence, "rounding": tol / FAINT}, ROW_NONE)
+    location = unplaced_positions(ctx)
+    placeholder = (f" '{location.module}', built at {location.file}:{location.line}, computes nothing on the way from "
+                   "the token embedding to the attention: is it where the positional encoding belongs?"
+                   if location.line and not location.reason else "")
     return Finding(ID, Status.FAIL, (
         f"{where} has no positional signal: {symptom} (largest change {change:.3g}, tolerance {tol:.3g}), "
         f"while changing the tokens changes it by {control:.3g}. Self-attention and the feed-forward layers are "
         "blind to order; add a positional encoding to the token embedding (x = embed(tokens) + pe[:, :length]) "
-        "or use rotary/relative positions in the attention"),
-        Location(module=""), evidence, ROW_NONE)
+        f"or use rotary/relative positions in the attention.{placeholder}"),
+        location, evidence, ROW_NONE)
 
 
-def _axis_finding(subject, index: float, tol: float, evidence: dict, symptom: str) -> Finding:
+def _axis_finding(ctx, index: float, tol: float, evidence: dict, symptom: str) -> Finding:
     return Finding(ID, Status.FAIL, (
         f"positions repeat: {symptom} (change {index:.3g}, tolerance {tol:.3g}) — the output depends on where a "
         "sequence sits in the batch, not on where a token sits in the sequence. A positional table is indexed "
         "with the batch axis: pe[:x.size(0)] or pos_emb(arange(x.size(0))) on a batch-first (batch, length, d) "
         "tensor. Index it with the length, x.size(1) (or transpose to (length, batch, d) first)"),
-        Location(module=""), evidence, ROW_AXIS)
+        table_indexed_by_batch(ctx), evidence, ROW_AXIS)
 
 
 # ----- first attention scores -----------------------------------------------------------------------
@@ -320,7 +327,7 @@ def _attention_signal(ctx, length: int, target: bool) -> Finding:
     symptom = (f"for one token repeated, the first {side}'s scores ('{site['module']}') are constant along the rows "
                f"(smallest spread {signal:.3g}, tolerance {tol:.3g})")
     if index > ROUNDING.get(dtype, 1e-5) * 10 * max(scale, 1.0):
-        return _axis_finding(subject, index, tol, evidence, f"{symptom}, and the same input at batch index 0 and 1 "
+        return _axis_finding(ctx, index, tol, evidence, f"{symptom}, and the same input at batch index 0 and 1 "
                              "got different scores or outputs")
     if subject.facts.takes_features:
         return Finding(ID, Status.SKIP, f"not applicable: {symptom} — {FEATURES_NOTE}", loc, evidence)

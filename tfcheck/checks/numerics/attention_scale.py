@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "attention.scale"
@@ -70,7 +72,8 @@ def attention_scale(ctx) -> list[Finding]:
         if abs(m.scale / expected - 1) > TOLERANCE and not any(
                 f.location is not None and f.location.module == site.module for f in findings):
             findings.append(_judge(subject, site, m, expected, known, entry,
-                                   {c.event.index: c for c in collector.captured}))
+                                   {c.event.index: c for c in collector.captured},
+                                   scale_location(site, recorded.recording, value_origin.captured_frames(recorded))))
     if not measured:
         return [Finding(ID, Status.SKIP, "inconclusive: attention was found but no site's logits could be measured "
                         "(the scores varied too little across the batch)", evidence={"sites": len(sites)})]
@@ -95,7 +98,45 @@ def attention_scale(ctx) -> list[Finding]:
 
 def _with(finding: Finding, evidence: dict) -> Finding:
     return Finding(finding.check, finding.status, finding.message, finding.location,
-                   {**finding.evidence, **evidence}, finding.row)
+                   {**finding.evidence, **evidence}, finding.row, finding.related)
+
+
+def scale_location(site: AttentionSite, recording: Recording, frames: dict) -> tuple[Location, tuple[Related, ...]]:
+    """Where the site's scale was chosen: the line that wrote the constant the scores are multiplied or divided
+    by (followed out of a shared helper to the call that passed it), the scores' line as related; the scores'
+    line itself where no constant scales them (nothing scales them: that is the line to change)."""
+    scores = Location(site.module, site.file, site.line)
+    op, value = _scaling(site, recording)
+    found = value_origin.located(site.module, frames.get(op.index) if op else None, value,
+                                 "the scale is applied here")
+    if found is None or (found[0].file, found[0].line) == (site.file, site.line):
+        return scores, ()
+    location, used = found
+    applied = tuple(r for r in used if (r.file, r.line) != (site.file, site.line))
+    return location, (Related("the scores are computed here", site.file, site.line, site.module), *applied)
+
+
+def _scaling(site: AttentionSite, recording: Recording) -> tuple[OpEvent | None, float | None]:
+    """The op that scales the site's scores by a constant, and the constant (sdpa: its scale= argument)."""
+    if site.form == "sdpa":
+        scale = site.options.get("scale")
+        return (site.score_op, float(scale)) if isinstance(scale, (int, float)) else (None, None)
+    made = set(site.score_op.output_ids)
+    end = site.softmax_op.index if site.softmax_op is not None else len(recording.ops)
+    for op in recording.ops[site.score_op.index + 1:end]:
+        if op.level != "function" or not made & set(op.input_ids):
+            continue
+        value = _constant(op)
+        if op.short_name in value_origin.SCALINGS and value is not None:
+            return op, value
+        made |= set(op.output_ids)  # a re-view or mask of the scores before they are scaled
+    return None, None
+
+
+def _constant(op: OpEvent) -> float | None:
+    numbers = list(op.scalars.get("positional", {}).values()) + \
+        [v for k, v in op.scalars.items() if k != "positional" and isinstance(v, (int, float))]
+    return float(numbers[0]) if len(numbers) == 1 else None
 
 
 def known_scale(subject) -> tuple[float, str] | None:
@@ -271,17 +312,18 @@ def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]
     return f"scaled by {measured:.4g} (= 1/{1 / measured:.4g}) instead of 1/√d_k = 1/{root:.3g}", False
 
 
-def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict) -> Finding:
+def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict,
+           where: tuple[Location, tuple[Related, ...]]) -> Finding:
     d_k = site.contracted
     assert d_k is not None  # every site records the size its score product sums over
     what, bug = diagnose(m.scale, d_k, subject.facts.d_model)
     module = site.module or "<root>"
-    location = Location(module=site.module, file=site.file, line=site.line)
+    location, related = where
     untraced = [name for name, c in m.traced.items() if c is None]
     evidence = {**entry, "diagnosis": what}
     if known:
         return Finding(ID, Status.WARN, f"attention in '{module}' is {what}, but {known[1]} implies {expected:.4g}: "
-                       "the config and the code disagree.", location, evidence)
+                       "the config and the code disagree.", location, evidence, related=related)
     if bias := _position_bias(site, by_index):
         bug = False
         what += f"; the logits also get an added position bias ({bias})"
@@ -292,7 +334,8 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
                        f"attention in '{module}' is {what} (d_k = {d_k}, measured scale {m.scale:.4g}, expected "
                        f"{expected:.4g}). Too large a scale saturates the softmax (vanishing gradients); too small "
                        "flattens it. Use scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), or leave "
-                       "scale=None in F.scaled_dot_product_attention.", location, evidence, row=ROW)
+                       "scale=None in F.scaled_dot_product_attention.", location, evidence, row=ROW,
+                       related=related)
     status, message = Status.WARN, (
         f"attention in '{module}' is {what} (d_k = {d_k}, measured {m.scale:.4g}, expected {expected:.4g}). "
         "Some designs do this on purpose (T5 folds 1/√d_k into its initialisation, muP uses 1/d_k, qk-norm and "
@@ -300,7 +343,7 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     reason = subject.accepted.get(ID)
     if reason:
         status, message = Status.ACCEPTED, f"{message} (accepted: {reason})"
-    return Finding(ID, status, message, location, evidence, row=ROW)
+    return Finding(ID, status, message, location, evidence, row=ROW, related=related)
 
 
 def _position_bias(site: AttentionSite, by_index: dict) -> str | None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import AttentionSite
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "attention.softmax_axis"
@@ -25,7 +26,8 @@ SUM_TOLERANCE = 1e-3
 def softmax_axis(ctx) -> list[Finding]:
     """One recorded forward: the softmax of every explicit attention runs over the key axis and its rows
     sum to 1 over the keys."""
-    sites = recorded_probe.shared(ctx).attention_sites()
+    recorded = recorded_probe.shared(ctx)
+    sites, frames = recorded.attention_sites(), value_origin.captured_frames(recorded)
     if not sites:
         return [Finding(ID, Status.SKIP, "inconclusive: no attention found in the recorded ops (tfcheck recognises a "
                         "product of two activations followed by softmax and a product with the values, "
@@ -33,14 +35,14 @@ def softmax_axis(ctx) -> list[Finding]:
     checked: list[dict] = []
     findings: list[Finding] = []
     for site in sites:
-        entry, finding = _judge(site)
+        entry, finding = _judge(site, frames)
         checked.append(entry)
         if finding is not None and not any(f.location is not None and f.location.module == site.module
                                            for f in findings):
             findings.append(finding)
     evidence = {"sites": checked, "sum_tolerance": SUM_TOLERANCE}
     if findings:
-        return [Finding(f.check, f.status, f.message, f.location, {**f.evidence, **evidence}, f.row)
+        return [Finding(f.check, f.status, f.message, f.location, {**f.evidence, **evidence}, f.row, f.related)
                 for f in findings[:3]]
     fused = sum(1 for c in checked if c["form"] == "sdpa")
     return [Finding(ID, Status.PASS, f"{len(checked)} attention sites normalise over the key axis"
@@ -56,7 +58,16 @@ def _axis_names(score_axes: tuple[int, int], ndim: int) -> dict[int, str]:
     return names
 
 
-def _judge(site: AttentionSite) -> tuple[dict, Finding | None]:
+def _where(site: AttentionSite, frames: dict) -> tuple[Location, tuple[Related, ...]]:
+    """The line that chose the softmax's axis (the call that passed ``dim`` into a shared helper, else the
+    softmax's own line), with the softmax's line as related when they differ."""
+    op = site.softmax_op or site.score_op
+    here = Location(module=op.module, file=op.file, line=op.line)
+    found = value_origin.located(op.module, frames.get(op.index), site.softmax_dim, "the softmax runs here")
+    return found if found is not None else (here, ())
+
+
+def _judge(site: AttentionSite, frames: dict) -> tuple[dict, Finding | None]:
     entry: dict[str, Any] = {"module": site.module, "line": site.line, "form": site.form}
     if site.form == "sdpa" or site.probabilities is None or site.scores is None or site.score_axes is None:
         return entry, None
@@ -79,11 +90,11 @@ def _judge(site: AttentionSite) -> tuple[dict, Finding | None]:
     over = _axis_names(site.score_axes, ndim).get(dim, "an unknown axis") if dim is not None \
         else "an axis other than the keys"
     module = site.module or "<root>"
-    op = site.softmax_op or site.score_op
+    location, related = _where(site, frames)
     return entry, Finding(
         ID, Status.FAIL,
         f"in '{module}' the attention softmax normalises over the {over} (dim={site.softmax_dim} of scores "
         f"{tuple(site.scores.shape)}), not over the keys (axis {key_axis}): {int(off.sum())} of {int(sums.numel())} "
         "rows of weights do not sum to 1 over the keys, so each query's weights are not a distribution over "
         "what it attends to. Use scores.softmax(dim=-1) with scores (b, h, s_q, s_k).",
-        Location(module=op.module, file=op.file, line=op.line), entry, row=ROW)
+        location, entry, row=ROW, related=related)

@@ -18,7 +18,7 @@ import torch.nn as nn
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.numerics import ADDS
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "embedding.scale"
@@ -41,6 +41,18 @@ class Addition:
     token_rms: float
     position_rms: float
     embedding_rms: float | None  # the raw lookup's RMS, to tell the √d_model scale from the initialisation
+    lookup: Lookup | None = None  # the embedding lookup the tokens came from
+
+
+@dataclass
+class Lookup:
+    """An embedding lookup: its output's RMS, where it ran, and the parameter it read (None: not the model's)."""
+
+    rms: float
+    module: str
+    file: str | None
+    line: int | None
+    weight: str | None
 
 
 class _Observer:
@@ -49,7 +61,8 @@ class _Observer:
     def __init__(self, model: nn.Module):
         self._buffers = {t.untyped_storage().data_ptr() for t in model.buffers()}
         self._params = {t.untyped_storage().data_ptr() for t in model.parameters()}
-        self.lookups: list[float] = []
+        self._names = {id(p): name for name, p in model.named_parameters()}
+        self.lookups: list[Lookup] = []
         self.additions: list[Addition] = []
 
     def _storage(self, t: torch.Tensor) -> int | None:
@@ -62,7 +75,8 @@ class _Observer:
         if event.level != "function" or event.phase != "forward":
             return
         if event.short_name == "embedding" and isinstance(out, torch.Tensor) and out.is_floating_point():
-            self.lookups.append(_rms(out))
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            self.lookups.append(Lookup(_rms(out), event.module, event.file, event.line, self._names.get(id(weight))))
             return
         if event.short_name not in ADDS or not self.lookups or len(args) < 2:
             return
@@ -75,7 +89,7 @@ class _Observer:
                     and tokens.is_floating_point() and is_sinusoidal(table):
                 rows = table.reshape(-1, table.shape[-1])[: tokens.shape[-2] if tokens.dim() >= 2 else None]
                 self.additions.append(Addition(event.module, event.file, event.line, _rms(tokens), _rms(rows),
-                                               self.lookups[-1]))
+                                               self.lookups[-1].rms, self.lookups[-1]))
                 return
 
 
@@ -125,10 +139,27 @@ def embedding_scale(ctx) -> list[Finding]:
             findings.append(Finding(ID, Status.PASS, f"token signal / position signal = {ratio:.3g} at "
                                     f"'{add.module or '<root>'}' (within a factor {DROWNS:g})", location, evidence))
             continue
-        findings.append(Finding(ID, Status.WARN, _message(add, ratio, d_model), location,
-                                {**evidence, "warning": "one signal drowns the other"}, row=ROW))
+        lever, related = _lever(subject, add, ratio)
+        findings.append(Finding(ID, Status.WARN, _message(add, ratio, d_model), lever,
+                                {**evidence, "warning": "one signal drowns the other"}, row=ROW, related=related))
     bad = [f for f in findings if f.status is not Status.PASS]
     return bad[:1] or findings[:1]
+
+
+def _lever(subject, add: Addition, ratio: float) -> tuple[Location, tuple[Related, ...]]:
+    """The line to change: for tokens too large, the line that last initialised the embedding's weight (else
+    the line that built it); for tokens too small, the lookup, where the √d_model scale belongs. The add of
+    the two signals is related."""
+    at_add = (Related("the tokens and the table are added here", add.file, add.line, add.module),)
+    lookup = add.lookup
+    if lookup is None or lookup.weight is None:
+        return Location(add.module, add.file, add.line), ()
+    if ratio < 1:
+        return Location(lookup.module, lookup.file, lookup.line), at_add
+    owner = lookup.weight.rpartition(".")[0]
+    written = subject.construction_site(lookup.weight, owner, kind="written")
+    built = written if written.line else subject.construction_site(lookup.weight, owner)
+    return (built, at_add) if built.line else (Location(add.module, add.file, add.line), ())
 
 
 def _message(add: Addition, ratio: float, d_model: int | None) -> str:

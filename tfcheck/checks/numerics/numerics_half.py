@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import torch
 
+from tfcheck.checks.numerics import value_origin
+from tfcheck.checks.numerics.numerics_nan_source import both
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
-from tfcheck.probe.numerics import FillRecorder, NonFiniteTracker
+from tfcheck.probe.numerics import FILLS, Fill, FillRecorder, NonFiniteTracker
 from tfcheck.probe.recorder import Recorder
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "numerics.half"
@@ -32,7 +34,8 @@ def numerics_half(ctx) -> list[Finding]:
     precision = subject.facts.precision
     args, kwargs = _inputs(subject)
     fills = FillRecorder(subject.model)
-    with Recorder(subject.model, aten=False, on_op=fills):
+    frames = value_origin.FrameCapture(lambda event, a, k: event.short_name in FILLS)
+    with Recorder(subject.model, aten=False, on_op=both(fills, frames)):
         ctx.run(args, kwargs, "a recorded forward reading mask fill constants")
     overflowing = [f for f in fills.fills if f.overflows()]
     evidence = {"constants": [f.to_dict() for f in fills.fills[:12]], "constants_seen": len(fills.fills),
@@ -44,6 +47,7 @@ def numerics_half(ctx) -> list[Finding]:
         fp16 = precision == "fp16" and "float16" in first.overflows()
         status = Status.FAIL if fp16 or (precision == "bf16" and "bfloat16" in first.overflows()) else Status.WARN
         e = first.event
+        location, related = _where(first, frames.frames)
         declared = (f"the model declares precision={precision}" if precision else
                     "declare precision=fp16 if it trains in float16 (this then fails), or precision=fp32")
         findings.append(Finding(
@@ -54,13 +58,20 @@ def numerics_half(ctx) -> list[Finding]:
             f"{65504 if 'float16' in first.overflows() else evidence['bfloat16_max']:g}) and becomes -inf there, so a "
             f"fully masked row gives NaN. Use torch.finfo(scores.dtype).min, which follows the dtype. ({declared}; "
             f"{len(overflowing)} such constants.)",
-            Location(module=e.module, file=e.file, line=e.line), evidence, row=ROW))
+            location, evidence, row=ROW, related=related))
     if precision in _DTYPES:
         findings += _autocast_run(ctx, args, kwargs, _DTYPES[precision], evidence)
     if findings:
         return findings
     return [Finding(ID, Status.PASS, f"{len(fills.fills)} mask constants, each fits float16 and bfloat16 or follows "
                     "the dtype it fills (torch.finfo(dtype).min)", Location(module=""), evidence)]
+
+
+def _where(fill: Fill, frames: dict) -> tuple[Location, tuple[Related, ...]]:
+    """The line that wrote the constant (the call that passed it into a shared fill), the fill as related."""
+    e = fill.event
+    found = value_origin.located(e.module, frames.get(e.index), fill.value, "the mask is filled here")
+    return found if found is not None else (Location(module=e.module, file=e.file, line=e.line), ())
 
 
 def _inputs(subject):

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
+from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
-from tfcheck.probe.numerics import NonFiniteTracker, Producer, all_finite
-from tfcheck.probe.recorder import Recorder
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
+from tfcheck.probe.recorder import OpEvent, Recorder
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "numerics.nan_source"
@@ -46,9 +47,9 @@ def nan_source(ctx) -> list[Finding]:
     subject = ctx.subject
     args, kwargs, keep = _padded_batch(subject)
     params = [p for p in subject.model.parameters() if p.requires_grad and p.is_floating_point()]
-    tracker = NonFiniteTracker()
+    tracker, fills = NonFiniteTracker(), InfiniteFills()
     grads: Sequence[torch.Tensor | None] = []
-    with Recorder(subject.model, on_op=tracker):
+    with Recorder(subject.model, on_op=both(tracker, fills)):
         probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row", grad=True)
         out = probe.output
         real = _real_positions(out, keep)
@@ -74,13 +75,14 @@ def nan_source(ctx) -> list[Finding]:
     if any(per_sample[:2]) or bad_grads:
         spread = [w for w, bad in (("the outputs of real (not fully padded) samples", any(per_sample[:2])),
                                    (f"the gradients of {len(bad_grads)} parameters", bool(bad_grads))) if bad]
+        location, related = _located(producer, fills)
         return [Finding(ID, Status.FAIL,
                         "on a padded batch with one fully padded row, non-finite values reached "
                         f"{' and '.join(spread)}. "
                         + _cause(producer) + " A row with every key masked must stay finite: fill with "
                         "torch.finfo(scores.dtype).min instead of -inf, or zero the probabilities of fully masked "
                         "rows.",
-                        _location(producer), evidence, row=ROW)]
+                        location, evidence, row=ROW, related=related)]
     if per_sample[2]:
         inside_torch_mha = producer is not None and _inside_torch_mha(subject.model, producer)
         message = ("the fully padded sample's output is NaN/Inf (the real samples and every gradient are finite). "
@@ -91,8 +93,9 @@ def nan_source(ctx) -> list[Finding]:
         else:
             message += (" Harmless only while no loss or metric reads that row; drop empty sequences or fill masks "
                         "with finfo.min.")
-        return [Finding(ID, Status.WARN, message, _location(producer), {**evidence, "warning": "fully padded row"},
-                        row=ROW)]
+        location, related = _located(producer, fills)
+        return [Finding(ID, Status.WARN, message, location, {**evidence, "warning": "fully padded row"},
+                        row=ROW, related=related)]
     if not evidence["gradients_checked"]:
         return [Finding(ID, Status.SKIP, "inconclusive: no gradient reached a parameter, so the backward was not "
                         "checked", Location(module=""), evidence)]
@@ -144,11 +147,59 @@ def _cause(producer: Producer | None) -> str:
     return f"The first producer: {producer.describe()}."
 
 
-def _location(producer: Producer | None) -> Location:
+class InfiniteFills:
+    """``on_op``: the fills that write ±inf into a tensor (``masked_fill(mask, -inf)``), with the user's frames,
+    so a NaN from a row of -inf names the line that chose -inf."""
+
+    def __init__(self) -> None:
+        self.fills: list[tuple[OpEvent, float, tuple[value_origin.Frame, ...]]] = []
+
+    def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out) -> None:
+        if event.level != "function" or event.phase != "forward" or event.short_name not in FILLS:
+            return
+        values = [*event.scalars.get("positional", {}).values(), event.scalars.get("value")]
+        infinite = next((float(v) for v in values if isinstance(v, float) and v in (float("inf"), float("-inf"))), None)
+        if infinite is not None:
+            self.fills.append((event, infinite, value_origin.user_frames()))
+
+
+def both(*observers):
+    """One ``on_op`` calling each of ``observers``."""
+    def on_op(event, args, kwargs, out) -> None:
+        for observe in observers:
+            observe(event, args, kwargs, out)
+    return on_op
+
+
+def _located(producer: Producer | None, fills: InfiniteFills) -> tuple[Location, tuple[Related, ...]]:
+    """The line to change for a non-finite value: where a row of -inf that the producer turned into NaN was
+    written (the latest infinite fill before it, followed out to the call that chose the value), the producer as
+    related; else the producer itself."""
     if producer is None:
-        return Location(module="")
+        return Location(module="", reason="no op was caught producing the non-finite value (an opaque kernel, or "
+                        "the value came in with the inputs)"), ()
     e = producer.event
-    return Location(module=e.module, file=e.file, line=e.line)
+    here = Location(module=e.module, file=e.file, line=e.line)
+    if not any(i.get("rows_all_minus_inf") for i in producer.inputs):
+        return here, ()
+    written = [f for f in fills.fills if f[0].index < e.index]
+    if not written:
+        return here, ()
+    fill, value, frames = written[-1]
+    found = value_origin.located(fill.module, frames, value, "the mask is filled with it here")
+    if found is None:
+        return here, ()
+    location, used = found
+    return location, (Related(f"{producer.what} first produced here ({e.short_name})", e.file, e.line, e.module),
+                      *used)
+
+
+def traced_non_finite(ctx, args: tuple, kwargs: dict, what: str) -> tuple[Location, tuple[Related, ...]]:
+    """One recorded forward on inputs whose output holds NaN or Inf: the line to change (see ``_located``)."""
+    tracker, fills = NonFiniteTracker(), InfiniteFills()
+    with Recorder(ctx.subject.model, on_op=both(tracker, fills)):
+        ctx.run(args, kwargs, what)
+    return _located(tracker.nan or tracker.inf, fills)
 
 
 def _inside_torch_mha(model: nn.Module, producer: Producer) -> bool:

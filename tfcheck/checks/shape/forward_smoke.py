@@ -7,7 +7,8 @@ import dataclasses
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check, passed, warned
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
+from tfcheck.report.status import Status
 
 ID = "forward.smoke"
 
@@ -24,9 +25,14 @@ def forward_smoke(ctx) -> list[Finding]:
     trial = ctx.settle()
     if not trial.ran:
         raised = trial.error
-        if isinstance(raised, ModelRaised) and raised.explanation.row == "tensor-size-mismatch":
-            raise ModelRaised(_with_residual_culprit(ctx, raised.explanation, length)) from raised
-        raise raised
+        if not isinstance(raised, ModelRaised):
+            raise raised
+        explanation = raised.explanation
+        # A matmul against a module's own weight: that module's construction chose the size that disagrees.
+        made_by = explanation.location.module if explanation.row == "mat1-mat2-shapes" else None
+        if explanation.row == "tensor-size-mismatch":
+            explanation, made_by = _with_residual_culprit(ctx, explanation, length)
+        return [_failed(ctx.subject, explanation, made_by)]
     out = trial.result.output
     if trial.size_constraint is not None:
         # The small sizes are distinct so that no axis can pass for another; at the defaults two may be equal
@@ -45,13 +51,37 @@ def forward_smoke(ctx) -> list[Finding]:
 
 def _with_residual_culprit(ctx, explanation, length: int):
     """A size mismatch is most often a residual add: one recorded rerun names the sublayer that changed
-    the width, which the exception alone cannot say."""
+    the width, which the exception alone cannot say. (explanation, path of the module that made the operand of
+    the wrong width, or None)."""
     from tfcheck.checks.shape.shape_residual import failed_residual
 
     culprit = failed_residual(ctx, *ctx.subject.make_inputs(PROBE_BATCH, length))
     if culprit is None:
-        return explanation
-    return dataclasses.replace(explanation, message=f"{explanation.message} {culprit}")
+        return explanation, None
+    text, made_by = culprit
+    return dataclasses.replace(explanation, message=f"{explanation.message} {text}"), made_by
+
+
+def _failed(subject, explanation, made_by: str | None) -> Finding:
+    """The forward's failure, located at the line that built the module whose weights set the size that
+    disagrees (a Linear built with the wrong in_features or out_features), the raising line as related; at the
+    raising line where no module of the user's own built it."""
+    raised, message = explanation.location, explanation.message
+    location: Location = raised
+    related: tuple[Related, ...] = ()
+    modules = dict(subject.model.named_modules())
+    module = modules.get(made_by) if made_by is not None else None
+    if module is not None and any(True for _ in module.parameters(recurse=False)):
+        built = subject.construction_site(made_by, made_by)
+        if built.line:
+            location = built
+            related = (Related("it raises here", raised.file, raised.line, raised.module),) if raised.file else ()
+            message = (f"{message} '{made_by}' was built at {built.file}:{built.line}: the sizes of its weights are "
+                       "chosen there.")
+    elif not raised.file and not raised.reason:
+        location = Location("" if raised.module is None else raised.module, reason="the error was raised outside "
+                            "the user's code (no frame of it on the traceback)")
+    return Finding(ID, Status.FAIL, message, location, explanation.evidence, explanation.row, related=related)
 
 
 def _target_note(subject, length: int) -> str:

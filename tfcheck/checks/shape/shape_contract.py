@@ -6,12 +6,15 @@ import dataclasses
 
 import torch
 
+from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check
 from tfcheck.model import flat_outputs
 from tfcheck.model.capacity import promised_length
 from tfcheck.model.head import head_choice, outside_forward
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
-from tfcheck.report.findings import Finding, Location
+from tfcheck.probe import recorded_probe
+from tfcheck.probe.recorder import Recorder, Recording
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "shape.contract"
@@ -35,7 +38,10 @@ def shape_contract(ctx) -> list[Finding]:
         sizes.append((1, promised[0]))
     unreadable: list[Finding] = []
     for batch, length in sizes:
-        probe = ctx.forward(batch, length)
+        try:
+            probe = ctx.forward(batch, length)
+        except ModelRaised as raised:
+            return [_raised(ctx, raised, batch, length)]
         out_length = _output_length(subject, length)
         reason = flat_outputs.unreadable(subject, probe.output, batch, out_length)
         if reason is not None:
@@ -45,7 +51,111 @@ def shape_contract(ctx) -> list[Finding]:
         verdicts.append(_judge(probe.output, batch, out_length, allowed, why, param_dtype))
     if unreadable:  # said at the standard probe where it shows there (length 1 may leave no row at all)
         return [next((f for f in unreadable if f.evidence["batch"] == PROBE_BATCH), unreadable[0])]
-    return _with_head_choice(subject, _grouped(verdicts))
+    return _with_head_choice(subject, _grouped(verdicts, lambda problem, f: _located(ctx, problem, f)))
+
+
+# ----- where to change it ------------------------------------------------------------------------------
+
+def _located(ctx, problem: str, finding: Finding) -> Finding:
+    """A failure pointed at the line to change: for a wrong last dimension, the construction of the module that
+    made the output (the head sets the width); for a NaN or Inf, the line that wrote the -inf a softmax turned
+    into NaN (or the op that produced it); for another layout, the last op that made the output."""
+    if finding.status is not Status.FAIL:
+        return finding
+    if problem == "non-finite":
+        from tfcheck.checks.numerics.numerics_nan_source import traced_non_finite
+
+        batch, length = finding.evidence["batch"], finding.evidence["length"]
+        args, kwargs = ctx.subject.make_inputs(batch, length)
+        location, related = traced_non_finite(ctx, args, kwargs, f"a recorded forward at batch {batch}, length "
+                                              f"{length}, to find the op that produced the NaN or Inf")
+        return dataclasses.replace(finding, location=location, related=related)
+    recording = recorded_probe.shared(ctx).recording
+    if problem == "shape" and _last_dim_only(finding):
+        return dataclasses.replace(finding, **_made_by_module(ctx.subject, recording))
+    return dataclasses.replace(finding, **_made_by_op(recording))
+
+
+def _last_dim_only(finding: Finding) -> bool:
+    shape, expected = finding.evidence.get("output_shape") or (), finding.evidence.get("expected_shape") or ()
+    return len(shape) == len(expected) == 3 and tuple(shape[:2]) == tuple(expected[:2])
+
+
+def _output_ids(recording: Recording) -> set[int]:
+    root = next((c for c in recording.calls if c.parent is None), None)
+    return set(root.output_ids) if root is not None else set()
+
+
+def _made_by_module(subject, recording: Recording) -> dict:
+    """The last module called that returned the model's output: the head, whose construction set its width
+    (an nn.Identity put where the head belongs included)."""
+    out = _output_ids(recording)
+    calls = [c for c in recording.calls if c.parent is not None and out & set(c.output_ids)]
+    if not calls:
+        return _made_by_op(recording)
+    last = max(calls, key=lambda c: c.index)
+    built = subject.construction_site(last.path, last.path)
+    op = _last_op(recording, out)
+    related = (Related("the output is made here", op.file, op.line, op.module),) if op is not None and op.file else ()
+    return {"location": built, "related": related}
+
+
+def _last_op(recording: Recording, out: set[int]):
+    return next((o for o in reversed(recording.ops) if o.level == "function" and o.phase == "forward"
+                 and out & set(o.output_ids) and not out & set(o.input_ids)), None)
+
+
+def _made_by_op(recording: Recording) -> dict:
+    op = _last_op(recording, _output_ids(recording))
+    if op is None or not op.file:
+        return {"location": Location(module="", reason="no op of the user's code made the output tensor in the "
+                                     "recorded forward (it is a model input, or made inside library code)")}
+    return {"location": Location(op.module, op.file, op.line)}
+
+
+def _raised(ctx, raised: ModelRaised, batch: int, length: int) -> Finding:
+    """The model raised at one size: where it raised, or, when the failing op read a table of the model's
+    (a buffer or parameter sliced to fewer rows than the input has), the line that built the module holding
+    the table: its size was chosen there."""
+    e = raised.explanation
+    finding = Finding(ID, Status.FAIL, e.message, e.location, e.evidence, e.row)
+    table = _table_read_by_raising_op(ctx, batch, length)
+    if table is None:
+        return finding
+    owner = table.rpartition(".")[0]
+    built = ctx.subject.construction_site(owner, owner)
+    if not built.line:
+        return finding
+    related = (Related("it raises here", e.location.file, e.location.line, e.location.module),) \
+        if e.location.file else ()
+    return dataclasses.replace(finding, location=built, related=related,
+                               message=f"{e.message} The op reads '{table}', which holds fewer rows than the input "
+                               "has positions: it is sized where that module is built.")
+
+
+def _table_read_by_raising_op(ctx, batch: int, length: int) -> str | None:
+    """The dotted name of a buffer or parameter a slice of which fed the op that raised, rerun under the
+    recorder; None when the raising op read no table."""
+    model = ctx.subject.model
+    owned = {id(t): name for name, t in (*model.named_buffers(), *model.named_parameters())}
+    recorder = Recorder(model, aten=False, track_ids=True)
+    try:
+        with recorder:
+            ctx.run(*ctx.subject.make_inputs(batch, length), f"a recorded rerun of the failing forward at batch "
+                    f"{batch}, length {length}")
+    except ModelRaised:
+        pass
+    ops = recorder.recording.ops
+    failed = next((o for o in reversed(ops) if o.raised and o.level == "function"), None)
+    if failed is None:
+        return None
+    made_by = {t: o for o in ops if o.level == "function" for t in o.output_ids if t not in o.input_ids}
+    for t in failed.input_ids:
+        maker = made_by.get(t)
+        names = [owned[i] for i in (maker.input_ids if maker is not None else ()) if i in owned]
+        if names:
+            return names[0]
+    return None
 
 
 def _with_head_choice(subject, findings: list[Finding]) -> list[Finding]:
@@ -58,9 +168,9 @@ def _with_head_choice(subject, findings: list[Finding]) -> list[Finding]:
             if f.status is Status.FAIL and f.evidence.get("problem", "shape") == "shape" else f for f in findings]
 
 
-def _grouped(verdicts: list[Finding]) -> list[Finding]:
-    """One finding per distinct problem (the first size that shows it, the other sizes in evidence), or one
-    pass that lists every size checked."""
+def _grouped(verdicts: list[Finding], locate) -> list[Finding]:
+    """One finding per distinct problem (the first size that shows it, the other sizes in evidence, located by
+    ``locate(problem, finding)``), or one pass that lists every size checked."""
     problems: dict[str, list[Finding]] = {}
     for v in verdicts:
         if v.status is not Status.PASS:
@@ -75,12 +185,13 @@ def _grouped(verdicts: list[Finding]) -> list[Finding]:
                         {"sizes": sizes, "last_dim_from": last.evidence["last_dim_from"],
                          "checked": [{k: x for k, x in v.evidence.items() if k != "problem"} for v in verdicts]})]
     out = []
-    for group in problems.values():
+    for problem, group in problems.items():
         first = group[0]
         sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in group]
         evidence = {**{k: v for k, v in first.evidence.items() if k != "problem"}, "failing_sizes": sizes}
         also = f" (also at {', '.join(sizes[1:])})" if len(sizes) > 1 else ""
-        out.append(Finding(ID, first.status, first.message + also, first.location, evidence, first.row))
+        out.append(locate(problem, Finding(ID, first.status, first.message + also, first.location, evidence,
+                                           first.row)))
     return out
 
 

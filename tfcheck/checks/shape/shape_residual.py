@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "shape.residual"
@@ -31,6 +31,8 @@ class Residual:
     sublayer: ModuleCall | None
     #: the stream the sublayer was computed from: one of the add's operands, or a term of one (a parallel block)
     stream_id: int | None = None
+    #: the operand computed through the sublayer
+    branch_id: int | None = None
 
 
 @check(ID, "residual adds keep (batch, length, d_model); attention and FFN sit inside a residual",
@@ -42,8 +44,8 @@ def shape_residual(ctx) -> list[Finding]:
     by one narrowing back) must feed a residual add whose other operand predates it."""
     graph = Dataflow(recorded_probe.shared(ctx).recording)
     residuals = graph.residuals()
-    findings = [_width_finding(r) for r in residuals if r.stream != r.branch]
-    findings += [_missing_finding(kind, call) for kind, call in graph.uncovered(residuals)]
+    findings = [_width_finding(r, graph) for r in residuals if r.stream != r.branch]
+    findings += [_missing_finding(kind, call, graph) for kind, call in graph.uncovered(residuals)]
     if findings:
         return findings
     if not residuals:
@@ -56,8 +58,9 @@ def shape_residual(ctx) -> list[Finding]:
                                     "at": f"{r.add.file}:{r.add.line}"} for r in residuals]})]
 
 
-def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
-    """For a forward that raises in an add: which sublayer made the operand of the wrong shape."""
+def failed_residual(ctx, args: tuple, kwargs: dict) -> tuple[str, str | None] | None:
+    """For a forward that raises in an add: which sublayer made the operand of the wrong shape, and the path of
+    the innermost module that made it (whose construction chose its width; None when no module did)."""
     from tfcheck.engine.context import ModelRaised
     from tfcheck.probe.attention_view import visible_attention
     from tfcheck.probe.recorder import Recorder
@@ -71,31 +74,49 @@ def failed_residual(ctx, args: tuple, kwargs: dict) -> str | None:
     graph = Dataflow(recorder.recording)
     for r in graph.residuals():
         if r.add.raised and r.sublayer is not None:
+            maker = graph.module_that_made(r.branch_id) if r.branch_id is not None else None
             return (f"The residual add at {r.add.file}:{r.add.line} got {r.branch} from sublayer "
                     f"'{r.sublayer.path}' ({r.sublayer.cls}) for the stream {r.stream}: that sublayer changes the "
-                    f"width {r.stream[-1]} -> {r.branch[-1]}.")
+                    f"width {r.stream[-1]} -> {r.branch[-1]}" + (f" (its '{maker.path}' made it)." if maker else "."),
+                    maker.path if maker else None)
     return None
 
 
-def _width_finding(r: Residual) -> Finding:
+def _width_finding(r: Residual, graph: Dataflow) -> Finding:
     name = f"'{r.sublayer.path}' ({r.sublayer.cls})" if r.sublayer else "the sublayer"
     change = ""
     if r.stream and r.branch and len(r.stream) == len(r.branch) and r.stream[-1] != r.branch[-1]:
         change = f": width {r.stream[-1]} -> {r.branch[-1]}"
     verb = "and the add fails" if r.add.raised else "and the add broadcasts silently"
+    module = r.sublayer.path if r.sublayer else r.add.module
+    # The line to change is the op that first gave the sublayer's tensor its wrong shape, not the add.
+    made = graph.reshaped_by(r.branch_id, r.stream, r.branch, r.sublayer.first_op if r.sublayer else 0) \
+        if r.branch_id is not None else None
+    location, shaped = Location(module, r.add.file, r.add.line), ""
+    related: tuple[Related, ...] = ()
+    if made is not None and made.file:
+        location = Location(module, made.file, made.line)
+        related = (Related("the residual add", r.add.file, r.add.line, r.add.module),)
+        shaped = f"; {made.short_name} at {made.file}:{made.line} turns {r.stream} into {r.branch}"
     return Finding(ID, Status.FAIL, f"the residual add at {r.add.file}:{r.add.line} adds {r.branch} from {name} to "
-                   f"the stream {r.stream}{change} — the sublayer does not return the shape it receives, {verb}",
-                   Location(r.sublayer.path if r.sublayer else r.add.module, r.add.file, r.add.line),
+                   f"the stream {r.stream}{change} — the sublayer does not return the shape it receives, {verb}"
+                   f"{shaped}", location,
                    {"stream_shape": r.stream, "sublayer_output_shape": r.branch, "tolerance": "shapes equal"},
-                   row="residual-width" if not r.add.raised else "tensor-size-mismatch")
+                   row="residual-width" if not r.add.raised else "tensor-size-mismatch", related=related)
 
 
-def _missing_finding(kind: str, call: ModuleCall | OpEvent) -> Finding:
-    where = call.path if isinstance(call, ModuleCall) else call.module
-    return Finding(ID, Status.WARN, f"no residual path around the {kind} in '{where or '<root>'}': its output "
+def _missing_finding(kind: str, call: ModuleCall, graph: Dataflow) -> Finding:
+    where = call.path
+    # Where the sublayer's output is used without being added to its input: there the add belongs.
+    used = graph.first_use(call)
+    location, at = Location(where, reason=f"no recorded op of the user's code takes the {kind}'s output, so no line "
+                            "shows where the residual add belongs"), ""
+    if used is not None and used.file:
+        location, at = Location(where, used.file, used.line), f" (its output is used at {used.file}:{used.line})"
+    return Finding(ID, Status.WARN, f"no residual path around the {kind} in '{where or '<root>'}'{at}: its output "
                    "reaches the next layer without x + sublayer(x). Deep stacks without it train badly; if the "
                    "design is intended (e.g. a single-layer head), accept it: accept=shape.residual:REASON",
-                   Location(where), {"sublayer": kind}, row="residual-missing")
+                   location, {"sublayer": kind}, row="residual-missing")
 
 
 class Dataflow:
@@ -151,7 +172,7 @@ class Dataflow:
                                      ((op.input_ids[1], op.inputs[1]), (op.input_ids[0], op.inputs[0]))):
                 found = next(((t, c) for t in self._summed(x) if (c := self._sublayer(t, y, op)) is not None), None)
                 if found is not None:
-                    out.append(Residual(op, xm.shape, ym.shape, found[1], found[0]))
+                    out.append(Residual(op, xm.shape, ym.shape, found[1], found[0], y))
                     break
         return out
 
@@ -198,6 +219,37 @@ class Dataflow:
             out.add(index)
             index = self.rec.calls[index].parent
         return out
+
+    def reshaped_by(self, t: int, stream: tuple, shape: tuple, since: int) -> OpEvent | None:
+        """The earliest op (from op ``since`` on) on the way to tensor ``t`` that turned a tensor of the
+        ``stream`` shape into one of ``shape``: where a sublayer's output got its wrong shape."""
+        seen: set[int] = set()
+        todo, found = [t], None
+        while todo and len(seen) < SEARCH_LIMIT:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            op = self.by_index.get(self.made_by.get(x, -1))
+            if op is None or op.index < since:
+                continue
+            if any(m.shape == stream for m in op.inputs) and any(m.shape == shape for m in op.outputs) and \
+                    (found is None or op.index < found.index):
+                found = op
+            todo.extend(i for i in op.input_ids if i != x)
+        return found
+
+    def first_use(self, call: ModuleCall) -> OpEvent | None:
+        """The first op after ``call`` that takes one of its outputs."""
+        made = set(call.output_ids)
+        return next((op for op in self.ops if op.index > call.last_op and op.phase == "forward"
+                     and made & set(op.input_ids)), None)
+
+    def module_that_made(self, t: int) -> ModuleCall | None:
+        """The last module called that returned tensor ``t`` without having received it (a pass-through such as
+        dropout in eval hands back what it got and made nothing)."""
+        makers = [c for c in self.rec.calls if t in c.output_ids and t not in c.input_ids]
+        return max(makers, key=lambda c: c.index) if makers else None
 
     def uncovered(self, residuals: list[Residual]) -> list[tuple[str, ModuleCall]]:
         """Attention and feed-forward sublayers whose output no residual add carries around them."""
