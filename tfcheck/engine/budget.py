@@ -14,6 +14,12 @@ A budget of ``inf`` (or one longer than a thread can wait) means no budget.
 
 What no deadline between operations can stop: a single call that never returns (a sleep, a C loop, a
 pure-Python loop without torch operations) runs until it returns; the next torch operation then raises.
+
+A stop is raised once and travels with its first traceback, which names the user's line it stopped
+(``where_stopped``): while a BudgetExceeded is being handled (the ``finally`` blocks and ``__exit__`` methods
+it unwinds through: mode exits, ``set_grad_enabled``, hook removal) the deadline lets torch calls run, so that
+cleanup neither fails half-way nor raises a second stop that would replace the first and its line. Once the
+stop is no longer being handled (a model that swallowed it), the next torch call raises again.
 """
 from __future__ import annotations
 
@@ -21,14 +27,20 @@ import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, cast
 
 import torch
+import torch.nn as nn
 from torch.overrides import TorchFunctionMode
+
+from tfcheck.probe.frames import is_user_frame, short_path
 
 #: Seconds a check may run when ``budget_s`` is not declared.
 DEFAULT_BUDGET_S = 120.0
@@ -44,10 +56,17 @@ class BudgetExceeded(BaseException):
     ``except Exception`` nor tfcheck's explainer (which turns model exceptions into findings) mistakes it
     for an error of the model: it goes straight to the engine."""
 
-    def __init__(self, budget_s: float, elapsed_s: float):
+    def __init__(self, budget_s: float, elapsed_s: float, first: BudgetExceeded | None = None):
         super().__init__(f"over the budget of {budget_s:g} s after {elapsed_s:.2f} s")
         self.budget_s = budget_s
         self.elapsed_s = elapsed_s
+        #: the deadline's first stop, when this is a later one (the code running swallowed the first)
+        self.first = first
+
+    @property
+    def origin(self) -> BudgetExceeded:
+        """The first stop of its deadline: the one whose traceback holds the line the budget ran out at."""
+        return self.first if self.first is not None else self
 
 
 class Deadline(TorchFunctionMode):
@@ -59,12 +78,68 @@ class Deadline(TorchFunctionMode):
         self.budget_s = budget_s
         self.start = time.monotonic()
         self.deadline = self.start + budget_s
+        self.first: BudgetExceeded | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         now = time.monotonic()
-        if now > self.deadline:
-            raise BudgetExceeded(self.budget_s, now - self.start)
+        if now > self.deadline and not isinstance(sys.exception(), BudgetExceeded):
+            stop = BudgetExceeded(self.budget_s, now - self.start, self.first)
+            if self.first is None:
+                self.first = stop
+            raise stop
         return func(*args, **(kwargs or {}))
+
+
+@dataclass(frozen=True)
+class StopPoint:
+    """Where a budget stopped a check: the innermost line of the user's code that was running (none when
+    tfcheck's own work was, between forwards) and the path in the model of the module whose forward was
+    running (none when no forward was, or the module is not found in the model)."""
+
+    file: str | None
+    line: int | None
+    module: str | None
+
+
+def where_stopped(stop: BudgetExceeded, model: nn.Module | None = None, not_users: Iterable[str] = ()) -> StopPoint:
+    """Where the first stop of ``stop``'s deadline was raised. ``not_users``: directories whose frames are not
+    the user's even though they look it (libraries tfcheck runs checks with); ``model``: the model the module
+    path is read in (else the outermost module called on the traceback: a training copy of it)."""
+    frames = list(traceback.walk_tb(stop.origin.__traceback__))
+    excluded = tuple(os.path.join(os.path.abspath(d), "") for d in not_users)
+    users = [i for i, (frame, _) in enumerate(frames) if is_user_frame(frame.f_code.co_filename)
+             and not os.path.abspath(frame.f_code.co_filename).startswith(excluded)]
+    if not users:
+        return StopPoint(None, None, _module_path(frames, model))
+    frame, line = frames[users[-1]]
+    return StopPoint(short_path(frame.f_code.co_filename), line, _module_path(frames[:users[-1] + 1], model))
+
+
+def _module_path(frames: list[tuple[FrameType, int]], model: nn.Module | None) -> str | None:
+    """The path of the innermost module whose method is on ``frames`` (outermost first), in ``model`` or else in
+    the outermost module on them."""
+    modules = [m for m in (_module_of(frame) for frame, _ in frames) if m is not None]
+    if not modules:
+        return None
+    for root in (model, modules[0]):
+        if root is None:
+            continue
+        try:
+            found: str | None = next((name for name, m in root.named_modules() if m is modules[-1]), None)
+        except Exception:  # noqa: BLE001 - a model whose named_modules raises: no module path
+            return None
+        if found is not None:
+            return found
+    return None
+
+
+def _module_of(frame: FrameType) -> nn.Module | None:
+    """The module a frame is a method of (its ``self``), if it is one."""
+    try:
+        this = frame.f_locals.get("self")
+        return this if isinstance(this, nn.Module) else None
+    except Exception:  # noqa: BLE001 - a strange object's __class__ may raise: not a module then
+        return None
 
 
 @contextlib.contextmanager
@@ -76,6 +151,18 @@ def time_budget(budget_s: float | None) -> Iterator[Deadline]:
     if not deadline.budget_s < threading.TIMEOUT_MAX:  # inf, nan or longer than a thread can wait: no budget
         yield deadline
         return
+    try:
+        with _engaged(deadline):
+            yield deadline
+    finally:
+        # Each stop carries the first itself; the deadline holding it too would make a cycle (its frames
+        # hold the deadline) that keeps the model's tensors alive until the garbage collector runs.
+        deadline.first = None
+
+
+@contextlib.contextmanager
+def _engaged(deadline: Deadline) -> Iterator[Deadline]:
+    """The deadline engaged for the block: by a watchdog in the main thread, else on the stack from the start."""
     watchdog = _Watchdog(deadline, WAKE_SIGNAL) if WAKE_SIGNAL is not None and _can_wake_main_thread() else None
     try:
         if watchdog is not None:

@@ -13,6 +13,10 @@ The API for check authors:
   calls whose return differs from the declared output (a decoding step returning (logits, cache)).
 - ``ctx.count_backward(tokens)``: account a backward the check ran itself (with ``torch.autograd.grad``,
   never ``.backward()``, so ``.grad`` fields stay untouched).
+A check registered with ``flow=True`` (the flow, mask and attention families) is run by ``run_flow_check``: the
+model's eval-mode determinism is measured once per model before it (``determinism()``), and the check runs
+with dropout and Bernoulli draws neutralised when eval mode left them on, or is inconclusive when the
+randomness cannot be neutralised.
 A check that does not apply to some models says so with ``@check(..., applies=fn)``, ``fn(subject)``
 returning ``NotApplicable(reason)`` (or None): such a check is no item and no finding for them. Verdicts are
 built with ``tfcheck.engine.registry``'s ``passed`` / ``failed`` / ``warned`` / ``inconclusive`` /
@@ -21,14 +25,16 @@ Outputs handed out may be shared between checks: never modify them in place.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tfcheck.engine.memory import fit_probes
+from tfcheck.engine.registry import Check, inconclusive, registered
 from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import caller_masks, trial
@@ -39,11 +45,12 @@ from tfcheck.model.outputs import as_checks_read
 from tfcheck.model.subject import PROBE_BATCH, Subject
 from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
-from tfcheck.probe import recorded_probe
+from tfcheck.probe import deterministic, recorded_probe
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.module_stack import tracking
 from tfcheck.probe.recorder import Recorder
-from tfcheck.report.report import Cost
+from tfcheck.report.findings import Finding
+from tfcheck.report.report import Assumption, Cost
 
 
 class ModelRaised(Exception):
@@ -75,6 +82,8 @@ class CheckContext:
     def __init__(self, subject: Subject):
         self.subject = subject
         self.cost = Cost()
+        #: the model's forwards run under the neutraliser (a flow check on a model that left dropout on in eval)
+        self.neutralising = False
 
     def forward(self, batch: int, length: int, seed: int = 0) -> Probe:
         """The standard probe at (batch, length): random real tokens, no padding. Memoised."""
@@ -151,8 +160,12 @@ class CheckContext:
                 found[3].unassisted = bare[3] if bare is not None else None
             return found
 
+        generators = deterministic.generator_states()
         found = trial.settle(subject, forward, raw_of=lambda r: r[2], model_error=ModelRaised,
                              describe=_exception_text, observed_of=lambda r: r[3])
+        # Whether the trial's forwards drew random numbers: when none did, eval mode is deterministic and the
+        # flow checks' precondition costs no forward (``determinism()``).
+        subject.probe_cache[TRIAL_DREW] = deterministic.moved(generators, deterministic.generator_states())
         if not found.ran and subject.loaded.shrunk and found.error is not None:
             return self.settle_at_defaults(found)
         if found.ran:
@@ -207,6 +220,85 @@ class CheckContext:
             probe = self.run(args, kwargs, what)
         return probe, recorder.recording
 
+    def determinism(self) -> deterministic.Determinism | None:
+        """Whether eval-mode forwards are deterministic, measured once per model (memoised with the probes, so
+        the checks run one by one in pytest share it too). When the trial's forwards of the standard probe drew
+        no random number (no generator moved), they are, at no cost. Otherwise: the memoised standard probe,
+        and the same inputs again under the neutraliser from another random state, one forward charged to the
+        first flow check that runs. None when that forward raised or its output cannot be read: the checks
+        report that."""
+        cache = self.subject.probe_cache
+        key = DETERMINISM, PROBE_BATCH, self.subject.probe_length()
+        if key in cache:
+            measured: deterministic.Determinism | None = cache[key]
+            return measured
+        drew = cache.get(TRIAL_DREW)
+        if drew == [] and (PROBE_BATCH, self.subject.probe_length(), 0) in cache:
+            measured = deterministic.Determinism.drew_nothing(
+                f"the trial's forwards of the standard probe at batch {PROBE_BATCH}, length "
+                f"{self.subject.probe_length()} (no random generator moved)")
+        else:
+            measured = self._measure_determinism()
+        cache[key] = measured
+        return measured
+
+    def _measure_determinism(self) -> deterministic.Determinism | None:
+        subject = self.subject
+        length = subject.probe_length()
+        what = f"two forwards of the standard probe at batch {PROBE_BATCH}, length {length}"
+        saved = deterministic.generator_states()
+        try:
+            first = self.forward(PROBE_BATCH, length)
+            # A random op left running must draw other numbers than in the memoised probe: the generators are
+            # reseeded from a seed drawn from them (deterministic, and put back below, so the check that
+            # triggered the measurement starts from the random state every check starts from).
+            deterministic.reseed(int(torch.randint(0, 2**31 - 1, (1,))))
+            before = deterministic.generator_states()
+            with deterministic.Neutraliser() as neutraliser:
+                second = self.run(first.args, first.kwargs, "the standard probe's forward again, with dropout and "
+                                                            "Bernoulli draws as in eval mode")
+            moved = deterministic.moved(before, deterministic.generator_states())
+        except (ModelRaised, UsageError):
+            return None
+        finally:
+            deterministic.restore(saved)
+        measured = deterministic.Determinism.of(what, first.output, second.output, neutraliser, moved)
+        if measured.neutralises:
+            # The neutralised forward is the standard probe of the neutralised checks: they reuse it.
+            cache = subject.probe_cache.setdefault(NEUTRAL_PROBES, {})
+            cache[(PROBE_BATCH, length, 0)] = second
+            subject.assumptions.append(Assumption(NEUTRALISED, measured.random_ops(measured.neutralised),
+                                                  _neutralised_why()))
+        return measured
+
+    def run_flow_check(self, chk: Check) -> list[Finding]:
+        """A check that compares eval-mode forwards: run as it is on a deterministic model; with the random ops
+        neutralised (and its own memoised probes, made so) when eval mode left dropout on; inconclusive when
+        the randomness cannot be neutralised, with the measurement under ``evidence["nondeterministic"]``."""
+        measured = self.determinism()
+        if measured is None or not (measured.neutralises or measured.uncontrolled):
+            return list(chk.func(self))
+        if measured.uncontrolled:
+            return [inconclusive(chk.id, _noise_reason(measured, chk.id),
+                                 evidence={deterministic.EVIDENCE_KEY: measured.evidence()})]
+        with self._neutral_probes():
+            self.neutralising = True
+            try:
+                return list(chk.func(self))
+            finally:
+                self.neutralising = False
+
+    @contextlib.contextmanager
+    def _neutral_probes(self) -> Iterator[None]:
+        """The probes memoised while the neutraliser runs are kept apart: the shared ones carry the noise."""
+        subject = self.subject
+        shared = subject.probe_cache
+        subject.probe_cache = shared.setdefault(NEUTRAL_PROBES, {})
+        try:
+            yield
+        finally:
+            subject.probe_cache = shared
+
     def count_backward(self, tokens: int) -> None:
         self.cost.backward += 1
         self.cost.token_passes += tokens
@@ -218,7 +310,9 @@ class CheckContext:
         model = self.subject.model if model is None else model
         self.cost.forward += 1
         self.cost.token_passes += tokens
-        with tracking(model) as stack, torch.set_grad_enabled(grad):
+        # Only the model's forward is neutralised: the check's own random draws stay as they are.
+        neutraliser = deterministic.Neutraliser() if self.neutralising else contextlib.nullcontext()
+        with tracking(model) as stack, torch.set_grad_enabled(grad), neutraliser:
             try:
                 batch, length = output_size(self.subject, args, kwargs)
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
@@ -226,6 +320,37 @@ class CheckContext:
                     return as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
             except Exception as exc:
                 raise ModelRaised(explain(exc, stack, what)) from exc
+
+
+#: Keys of the model's probe cache: the determinism measurement, the generators the trial's forwards moved, and
+#: the probes memoised under the neutraliser.
+DETERMINISM = "determinism"
+TRIAL_DREW = "generators the trial moved"
+NEUTRAL_PROBES = "neutralised probes"
+#: The assumption the report shows when the flow checks ran with eval mode's random ops neutralised.
+NEUTRALISED = "random ops neutralised"
+
+
+def _neutralised_why() -> str:
+    flow = ", ".join(c.id for c in registered() if c.flow)
+    return (f"random ops run in eval mode (dropout.eval reports them); the checks that compare forwards ({flow}) ran "
+            "them as eval mode would: dropout with training=False, SDPA with dropout_p=0, Bernoulli draws as "
+            "their probabilities")
+
+
+def _noise_reason(measured: deterministic.Determinism, check_id: str) -> str:
+    left = measured.random_ops(measured.left) or "drawn in no call tfcheck sees: a kernel that draws inside"
+    if measured.neutralised:
+        how = (f"with {measured.random_ops(measured.neutralised)} run as in eval mode, the forward still drew random "
+               f"numbers from the {' and '.join(measured.moved)} generator ({left})")
+    elif measured.moved:
+        how = (f"{measured.what} differ by {measured.change:.3g} (tolerance {measured.tolerance:.3g}), from randomness "
+               f"tfcheck cannot switch off ({left})")
+    else:
+        how = (f"{measured.what} differ by {measured.change:.3g} (tolerance {measured.tolerance:.3g}) and no random "
+               "generator moved: the forward keeps state from one call to the next, or reads a source of its own")
+    return (f"in eval mode {how}, so {check_id}'s comparison of forwards would measure that, not the model's "
+            "dependences (dropout.eval reports it). Make two eval-mode forwards on one input agree and rerun")
 
 
 def _located(raised: Exception) -> str:

@@ -43,6 +43,10 @@ class Check:
     #: the check's minimal-example property (a ``tfcheck.explainers.shrinking.Property``), for checks whose
     #: failures the search shrinks to the smallest input that shows them; ``replay`` finds it here
     shrink: Any = None
+    #: the check reads a change between eval-mode forwards as a dependence (a leak, a sample seeing another):
+    #: it runs with the random ops of eval mode neutralised, and is inconclusive when they cannot be
+    #: (``tfcheck.probe.deterministic``). By default the checks of the flow, mask and attention families.
+    flow: bool = False
 
     def applies_to(self, kind: str | None) -> bool:
         return kind in self.kinds
@@ -127,19 +131,31 @@ def not_applicable(check_id: str, reason: str, location: Location | None = None,
 _REGISTRY: dict[str, Check] = {}
 
 
+#: The families (folders of ``tfcheck/checks/``) whose checks compare eval-mode forwards: ``flow`` by default.
+FLOW_FAMILIES = frozenset({"flow", "mask", "attention"})
+
+
 def check(id: str, title: str, rows: tuple[str, ...], kinds: Any = ALL_KINDS, order: int = 100,
           group: str = "probe", applies: Callable[[Any], NotApplicable | None] | None = None,
-          builds_inputs: bool = False, shrink: Any = None) -> Callable:
+          builds_inputs: bool = False, shrink: Any = None, flow: bool | None = None) -> Callable:
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
-    shape checks come early), then by id."""
+    shape checks come early), then by id. ``flow`` defaults to whether the check's module lies in one of the
+    ``FLOW_FAMILIES`` folders."""
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and "
                              f"{func.__module__})")
+        compares_forwards = family_of(func) in FLOW_FAMILIES if flow is None else flow
         _REGISTRY[id] = Check(id, title, frozenset(kinds), tuple(rows), func, (func.__doc__ or "").strip(), order,
-                              group, applies, builds_inputs, shrink=shrink)
+                              group, applies, builds_inputs, shrink=shrink, flow=compares_forwards)
         return func
     return register
+
+
+def family_of(func: Callable) -> str | None:
+    """The family folder of a check function's module (``tfcheck.checks.<family>.<module>``), if it has one."""
+    parts = (getattr(func, "__module__", None) or "").split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["tfcheck", "checks"] else None
 
 
 def registered() -> list[Check]:

@@ -289,7 +289,7 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
             why_not = chk.not_applicable(ctx.subject) if chk.id != SMOKE else None
             if why_not is not None:
                 return [why_not.finding(chk.id)]
-            findings = list(chk.func(ctx))
+            findings = ctx.run_flow_check(chk) if chk.flow else list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]
     except ModelRaised as raised:
@@ -314,40 +314,50 @@ def _over_budget(subject: Subject, chk: Check, over: BudgetExceeded) -> Finding:
     """A check stopped by its budget is inconclusive, not failed: a slow machine is no bug in the model."""
     source = subject.source_of("budget_s")
     budget = f"budget_s={over.budget_s:g} from {source}" if source else f"the default budget of {over.budget_s:g} s"
-    file, line = _stopped_in(over)
-    where = f" in {file}:{line}" if file else ""
+    location = _stopped_in(subject, over)
     more = _roomier(max(over.budget_s, over.elapsed_s))
     return Finding(
         chk.id, Status.SKIP,
-        f"{chk.id} stopped after {over.elapsed_s:.2f} s{where}: over {budget}, so it is inconclusive. Give it "
-        f"more time with --set budget_s={more} (tfcheck check), --tfcheck-set budget_s={more} (pytest), or "
-        "budget_s in [[tool.tfcheck.models]] / __tfcheck__; or shrink the model with the kwargs declaration.",
-        Location(file=file, line=line) if file else None,
-        {"blocked_by": OVER_BUDGET, "budget_s": over.budget_s, "elapsed_s": round(over.elapsed_s, 3)})
+        f"{chk.id} stopped after {over.elapsed_s:.2f} s {_stop_text(location)}: over {budget}, so it is "
+        f"inconclusive. Give it more time with --set budget_s={more} (tfcheck check), --tfcheck-set "
+        f"budget_s={more} (pytest), or budget_s in [[tool.tfcheck.models]] / __tfcheck__; or shrink the model "
+        "with the kwargs declaration.",
+        location, {"blocked_by": OVER_BUDGET, "budget_s": over.budget_s, "elapsed_s": round(over.elapsed_s, 3)})
 
 
 #: Libraries tfcheck runs checks with: a check stopped inside them was not stopped in the user's code.
 _OWN_LIBRARIES = ("hypothesis", "numpy", "rich")
 
 
-def _stopped_in(over: BudgetExceeded) -> tuple[str | None, int | None]:
-    """The innermost line of the user's code (their model, a Hugging Face model) running when the check
-    was stopped; none when tfcheck's own work was."""
+def _stopped_in(subject: Subject, over: BudgetExceeded) -> Location:
+    """Where the budget first stopped the check: the innermost line of the user's code (their model, a Hugging
+    Face model) then running and the module whose forward it ran in, or why there is no line."""
     import importlib.util
     import os
 
-    from tfcheck.probe.frames import is_user_frame, short_path
+    from tfcheck.engine.budget import where_stopped
 
     dirs = []
     for name in _OWN_LIBRARIES:
         found = importlib.util.find_spec(name)
         if found is not None and found.origin:
             dirs.append(os.path.dirname(found.origin))
-    for frame in reversed(traceback.extract_tb(over.__traceback__)):
-        path = os.path.abspath(frame.filename)
-        if is_user_frame(frame.filename) and not path.startswith(tuple(dirs)):
-            return short_path(path), frame.lineno
-    return None, None
+    stop = where_stopped(over, subject.model, dirs)
+    if stop.file:
+        return Location(stop.module, stop.file, stop.line)
+    if stop.module is not None:
+        return Location(stop.module, reason="stopped in torch's or tfcheck's code (a layer of torch's, a hook) "
+                                            "during the module's call: no line of yours was running")
+    return Location(reason="stopped in tfcheck's own work between the model's forwards: no line of the model was "
+                           "running")
+
+
+def _stop_text(location: Location) -> str:
+    """Where a stop happened, for the message: "at model.py:41 in module 'layers.3.attn'", or why no line."""
+    module = f" in module '{location.module or '<root>'}'" if location.module is not None else ""
+    if location.file:
+        return f"at {location.file}:{location.line}{module}"
+    return f"{module.lstrip()} ({location.reason})" if module else f"({location.reason})"
 
 
 def _roomier(seconds: float) -> str:
