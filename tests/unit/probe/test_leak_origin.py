@@ -4,7 +4,7 @@ import inspect
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.leak_origin import LeakOrigin
+from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
 from tfcheck.probe.recorder import Recorder
 
 N, D, H = 9, 8, 2
@@ -37,7 +37,7 @@ def _rows() -> tuple[torch.Tensor, list[int]]:
 
 def _origin(model: nn.Module) -> LeakOrigin:
     x, changed = _rows()
-    origin = LeakOrigin(N, changed, torch.ones(N, N, dtype=torch.bool).triu(1))
+    origin = LeakOrigin(Perturbation.one_position_each(N, changed))
     with Recorder(model, aten=False, on_op=origin), torch.no_grad():
         model(x)
     return origin

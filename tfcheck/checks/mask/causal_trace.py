@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tfcheck.probe import flow
 from tfcheck.probe.frames import is_user_frame
+from tfcheck.probe.leak_origin import Perturbation
 from tfcheck.probe.recorder import OpEvent, tensors_in
 
 if TYPE_CHECKING:
@@ -108,8 +108,8 @@ class CausalTrace:
 
     def __init__(self, model: torch.nn.Module, n: int, positions: list[int], layer: str | None, reader: MaskReader,
                  given: dict[int, str] | None = None):
-        self.n, self.rows, self.layer, self.reader = n, len(positions) + 1, layer, reader
-        self._forbidden = torch.tensor([[q < k for q in range(n)] for k in positions], dtype=torch.bool)
+        self.n, self.layer, self.reader = n, layer, reader
+        self._perturbation = Perturbation.one_position_each(n, positions)
         self._modules = {id(m): path for path, m in model.named_modules()}
         self._layer_module = dict(model.named_modules()).get(layer) if layer is not None else None
         self._owned = {id(t): f"buffer '{name}'" for name, t in model.named_buffers()}
@@ -196,24 +196,12 @@ class CausalTrace:
         return None, None
 
     def _leaks(self, t: torch.Tensor, node: Node) -> bool:
-        """A per-position output (one axis of the rows, its first axis of length ``n`` the positions) that moves,
-        in some row, at a position before the one changed in that row. Scores and weights, (query, key), are not
-        per position: a later key's column changes in a correct model too."""
-        if not t.is_floating_point() or t.dim() < 2 or t.is_nested or self.rows == self.n or node.scores:
+        """A per-position output that moves, in some row, at a position before the one changed in that row. Scores
+        and weights, (query, key), are not per position: a later key's column changes in a correct model too."""
+        if node.scores:
             return False
-        rows = [d for d, s in enumerate(t.shape) if s == self.rows]
-        lengths = [d for d, s in enumerate(t.shape) if s == self.n and d not in rows]
-        if len(rows) != 1 or not lengths:
-            return False
-        x = t.detach().movedim((rows[0], lengths[0]), (0, 1)).reshape(self.rows, self.n, -1).double()
-        base = x[:1]
-        finite = torch.isfinite(base[0]).all(-1)
-        change = (x[1:] - base).abs().nan_to_num(nan=float("inf")).amax(-1)  # (rows - 1, n)
-        judged = self._forbidden.to(change.device) & finite[None].to(change.device)
-        if not bool(judged.any()):
-            return False
-        reference = torch.where(torch.isfinite(base), base, torch.zeros_like(base)).to(t.dtype)
-        return float(change[judged].max()) > flow.tolerance(reference)
+        moved = self._perturbation.moved(t)
+        return moved is not None and moved[0] > moved[1]
 
     def _statistics(self, event: OpEvent, args: tuple, kwargs: dict, made: Node | None) -> None:
         """A normalisation or a reduction over the sequence axis of a (batch, length, features) tensor."""
