@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcheck.probe.frames import short_path
 from tfcheck.report.status import Status
 
 
@@ -20,6 +21,12 @@ class Location:
     file: str | None = None
     line: int | None = None
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checks name files as the recorder, the traceback or inspect saw them; one spelling (relative to the
+        # working directory when below it) lets a reader paste it and the root-cause relation compare lines.
+        if self.file:
+            object.__setattr__(self, "file", short_path(self.file))
 
     @property
     def installed(self) -> bool:
@@ -55,6 +62,10 @@ class Related:
     file: str | None
     line: int | None
     module: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.file:
+            object.__setattr__(self, "file", short_path(self.file))
 
     def __str__(self) -> str:
         at = f"{self.file}:{self.line}" if self.file and self.line else (self.file or "<unknown>")
