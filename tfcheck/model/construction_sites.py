@@ -11,13 +11,11 @@ ends, raised or not: the model keeps no hook, and a torch without these hooks si
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcheck.probe.frames import is_user_frame
+from tfcheck.probe.frames import model_frame
 
 #: Why no line is known for a model the spec named as an instance (tfcheck never saw it built).
 INSTANCE_REASON = "the construction line of a model given as an instance is unknown"
@@ -56,25 +54,12 @@ class ConstructionSites:
         return self.parameters.get(path) or self.buffers.get(path) or self.modules.get(path)
 
 
-_TFCHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def model_line() -> tuple[str, int] | None:
-    """The innermost user frame of the model's own code on the current stack: the walk starts above tfcheck's
-    frames at the bottom (a hook, a mode) and stops at the first tfcheck frame above the model (the build or
-    the forward tfcheck called), so the script or test that called tfcheck is never taken for the model's line
-    (a torch.nn model built from a spec has no line of its own)."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_TFCHECK_DIR):
-        frame = frame.f_back
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_TFCHECK_DIR):
-            return None
-        if is_user_frame(name):
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return None
+    """The innermost user frame of the model's own code on the current stack, never the script or test that
+    called tfcheck (a torch.nn model built from a spec has no line of its own): ``frames.model_frame``."""
+    return model_frame(1)
 
 
 class _Watch:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import inspect
 import random
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -33,7 +31,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, resolve_name
 
 from tfcheck.probe.flow import change_per_position, tolerance
-from tfcheck.probe.frames import is_user_frame, short_path
+from tfcheck.probe.frames import model_frame, short_path
 
 #: Python dropout functions: (the name of their training argument, its position, its default).
 _DROPOUT_FUNCTIONS: dict[Callable, tuple[str, int, bool]] = {
@@ -181,12 +179,8 @@ def _note(sightings: dict[str, Sighting], func: Callable) -> None:
 
 
 def _user_line() -> str | None:
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if is_user_frame(frame.f_code.co_filename):
-            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    found = model_frame(1)
+    return f"{short_path(found[0])}:{found[1]}" if found is not None else None
 
 
 # ----- the generators ----------------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 import traceback
+from types import FrameType
 
-__all__ = ["is_user_frame", "short_path", "innermost_user_frame"]
+__all__ = ["is_user_frame", "short_path", "innermost_user_frame", "model_frame"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,14 +34,41 @@ def _library_dirs() -> tuple[tuple[str, ...], str]:
 
 def is_user_frame(filename: str) -> bool:
     """True when ``filename`` (a code object's or traceback frame's) is the user's code."""
+    return _kind(filename) == "user"
+
+
+@functools.lru_cache(maxsize=4096)
+def _kind(filename: str) -> str:
+    """'user', 'tfcheck' or 'other' (torch, the standard library, generated code), once per file: the recorder
+    asks for every op."""
     if not filename or filename.startswith("<"):
-        return False
+        return "other"
     path = os.path.abspath(filename)
     never, stdlib = _library_dirs()
+    if path.startswith(never[0]):
+        return "tfcheck"
     if path.startswith(never):
-        return False
+        return "other"
     # site-packages usually lives inside the standard library's folder (lib/python3.X/site-packages)
-    return not (path.startswith(stdlib) and "site-packages" not in path)
+    return "other" if path.startswith(stdlib) and "site-packages" not in path else "user"
+
+
+def model_frame(skip: int = 1) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of the model's own code on the current stack, ``skip`` frames above the
+    caller. tfcheck's frames at the bottom (a hook, a mode, the recorder) are passed over, and the first tfcheck
+    frame above the model ends the walk: the script, test or pytest plugin that called tfcheck is never taken for
+    the model's line (a torch.nn model has no line of its own)."""
+    frame: FrameType | None = sys._getframe(skip + 1)
+    while frame is not None and _kind(frame.f_code.co_filename) == "tfcheck":
+        frame = frame.f_back
+    while frame is not None:
+        kind = _kind(frame.f_code.co_filename)
+        if kind == "tfcheck":
+            return None
+        if kind == "user":
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def short_path(path: str) -> str:

@@ -13,10 +13,8 @@ and outputs, so the recorder never keeps tensors alive.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import torch
@@ -25,7 +23,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.probe.frames import is_user_frame
+from tfcheck.probe.frames import model_frame
 from tfcheck.probe.hooks import Hook, hooked
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
@@ -386,11 +384,7 @@ def _param_counts(model: nn.Module) -> dict[int, int]:
 
 
 def user_line() -> tuple[str | None, int | None]:
-    """The innermost frame of the user's code (not torch, tfcheck or the standard library)."""
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if is_user_frame(path):
-            return path, frame.f_lineno
-        frame = frame.f_back
-    return None, None
+    """The innermost frame of the model's own code (not torch, tfcheck or the standard library, and never the
+    code above tfcheck that called it): ``frames.model_frame``."""
+    found = model_frame(2)
+    return found if found is not None else (None, None)
