@@ -158,3 +158,14 @@ def test_the_neutraliser_runs_random_ops_as_eval_mode_would_and_notes_the_rest()
     with Neutraliser() as neutraliser:
         torch.randn_like(x)
     assert list(neutraliser.left) == ["torch.randn_like"] and moved(start, generator_states()) == ["torch"]
+
+
+def test_replaying_a_mask_bug_next_to_dropout_measures_the_mask_not_the_noise():
+    from tfcheck.shrinking import replay
+
+    model = zoo_noise.DropoutInEvalAndCausalMaskOffByOne()
+    finding = tfcheck.run_checks(model, only=["mask.causal"]).models[0].result("mask.causal").findings[0]
+    example = {k: finding.evidence["minimal_example"][k] for k in ("batch", "length", "position", "seed")}
+    shown = [str(replay(model, "mask.causal", example)) for _ in range(2)]
+    # the change the check measured, twice: the dropout left on in eval does not reach the numbers
+    assert shown[0] == shown[1] and finding.evidence["minimal_example"]["shows"] in shown[0]

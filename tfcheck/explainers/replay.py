@@ -28,6 +28,9 @@ def replay(model_or_spec: Any, check: str, example: dict, **declarations: Any) -
     ex = prop.example(example)
     subject = load_declared(model_or_spec, declarations, "replay() argument")
     ctx = CheckContext(subject)
+    # As the check measured it: eval-mode dropout left on is neutralised in the flow checks (a no-op on a model
+    # whose eval mode is deterministic), so the replay shows the mask, not the noise.
+    ctx.neutralising = any(c.id == check and c.flow for c in all_checks())
     with preserved(subject.model):
         subject.model.eval()
         shown = prop.shows(Search(ctx, max_forwards=2, max_seconds=float("inf")), ex)
