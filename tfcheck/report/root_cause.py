@@ -9,8 +9,8 @@ The relation is set on evidence only, and it never changes a status or drops a f
 - **the same op**: a *symptom* (a check that perturbs inputs or trains a copy and localises where the effect
   first appears: the flow, mask and training checks) whose location or related lines hit the line where a
   *structural* check located its defect (the head merge that mixes positions, the softmax over the wrong axis)
-  is explained by that structural finding. Two symptoms on one line explain nothing: which came first is not
-  evidence.
+  is explained by that structural failure. Two symptoms on one line explain nothing (which came first is not
+  evidence), nor does a warning (a correct design can look the same).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from tfcheck.report.status import Status
 
 #: The check that measures randomness in eval mode; noise-blocked measurements are explained by its finding.
 NOISE_CHECK = "dropout.eval"
+#: The statuses a structural finding explains others with.
+CAUSES = (Status.FAIL, Status.ERROR)
 #: The evidence key a measurement left inconclusive by randomness carries.
 NOISE_EVIDENCE = "nondeterministic"
 
@@ -62,10 +64,11 @@ def _cause_of(f: Finding, causes: dict[tuple[str, int], str], noisy: bool, sympt
 
 
 def _structural_lines(model: ModelReport, symptoms: Collection[str]) -> dict[tuple[str, int], str]:
-    """(file, line) -> the first structural check (battery order) whose problem is located there."""
+    """(file, line) -> the first structural check (battery order) whose failure is located there. A warning is
+    never a cause: it says a correct design can look the same."""
     found: dict[tuple[str, int], str] = {}
     for f in model.findings():
-        if f.status in PROBLEMS and f.check not in symptoms and f.location is not None:
+        if f.status in CAUSES and f.check not in symptoms and f.location is not None:
             line = _key(f.location.file, f.location.line)
             if line is not None:
                 found.setdefault(line, f.check)

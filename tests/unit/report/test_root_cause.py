@@ -73,3 +73,9 @@ def test_files_named_relative_or_absolute_are_one_line(tmp_path, monkeypatch):
     model = link(_model(Finding("mask.causal", Status.FAIL, "leak", MERGE),
                         Finding("attention.heads", Status.FAIL, "merge", absolute)), SYMPTOMS)
     assert _explained(model)["mask.causal"] == "attention.heads"
+
+
+def test_a_warning_explains_nothing():
+    model = link(_model(Finding("mask.padding", Status.FAIL, "leak", MERGE),
+                        Finding("attention.heads", Status.WARN, "inputs already mix positions", MERGE)), SYMPTOMS)
+    assert _explained(model)["mask.padding"] is None
