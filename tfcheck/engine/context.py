@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 
+from tfcheck.engine.limits import NOT_APPLICABLE, InstrumentationLimit, dynamo_disabled, instrumented, without_modes
 from tfcheck.engine.memory import fit_probes
-from tfcheck.engine.registry import Check, inconclusive, registered
+from tfcheck.engine.registry import Check, NotApplicable, inconclusive, registered
 from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model import caller_masks, trial
@@ -136,6 +137,10 @@ class CheckContext:
             try:
                 with visible_attention(), recorder:
                     raw = self.call(args, kwargs, what, tokens=inputs_batch * inputs_length)
+            except InstrumentationLimit as limit:
+                # The structure cannot be read; the plain forward that ran is the trial's.
+                limit.note(subject.assumptions, "the trial forward's structure was not read")
+                return args, kwargs, limit.plain, None, None
             finally:
                 observed = observer.finish(recorder.recording)
             return args, kwargs, raw, observed, (recorder, fan_out)
@@ -299,6 +304,11 @@ class CheckContext:
         finally:
             subject.probe_cache = shared
 
+    def not_applicable(self, check_id: str, reason: str, evidence: dict | None = None) -> Finding:
+        """The finding of a check that its forward showed it does not apply: the report states it among the
+        assumptions instead, the pytest item is skipped with the reason."""
+        return NotApplicable(reason).finding(check_id, evidence={**(evidence or {}), NOT_APPLICABLE: reason})
+
     def count_backward(self, tokens: int) -> None:
         self.cost.backward += 1
         self.cost.token_passes += tokens
@@ -306,20 +316,31 @@ class CheckContext:
     def call(self, args: tuple, kwargs: dict, what: str, tokens: int, grad: bool = False,
              model: torch.nn.Module | None = None) -> Any:
         """The return of one counted forward of the model (or of ``model``, a training copy of it), as every
-        check reads it: flattened output rows reshaped, a head forward does not call applied (``model``'s own)."""
+        check reads it: flattened output rows reshaped, a head forward does not call applied (``model``'s own).
+        One that raises under tfcheck's modes is run once more without them: an InstrumentationLimit if it runs."""
         model = self.subject.model if model is None else model
         self.cost.forward += 1
         self.cost.token_passes += tokens
         # Only the model's forward is neutralised: the check's own random draws stay as they are.
         neutraliser = deterministic.Neutraliser() if self.neutralising else contextlib.nullcontext()
-        with tracking(model) as stack, torch.set_grad_enabled(grad), neutraliser:
+        with tracking(model) as stack, torch.set_grad_enabled(grad), neutraliser, dynamo_disabled():
             try:
                 batch, length = output_size(self.subject, args, kwargs)
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
                 with user_code():
                     return as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
             except Exception as exc:
-                raise ModelRaised(explain(exc, stack, what)) from exc
+                explanation = explain(exc, stack, what)
+                if not instrumented():
+                    raise ModelRaised(explanation) from exc
+                self.cost.forward += 1  # the plain rerun, on a raise only
+                self.cost.token_passes += tokens
+                try:
+                    with without_modes(), user_code():
+                        plain = as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
+                except Exception:  # noqa: BLE001 - it raises plainly too: the model's own error
+                    raise ModelRaised(explanation) from exc
+                raise InstrumentationLimit(explanation, plain) from exc
 
 
 #: Keys of the model's probe cache: the determinism measurement, the generators the trial's forwards moved, and

@@ -3,9 +3,11 @@ caller's generators untouched), with its declarations merged strongest first, re
 checked (an unavailable device, lazy or meta parameters), and its facts settled without a forward."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tfcheck.engine.limits import COMPILED, COMPILED_WHY, uncompiled
 from tfcheck.errors import DeclarationError, UsageError
 from tfcheck.model import declarations as decl
 from tfcheck.model.construction import BUILD_SEED, built_seeded, rebuild_at_defaults
@@ -58,6 +60,7 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
     loaded = built_seeded(origin, label, merged["kwargs"].value if "kwargs" in merged else {},
                           shrink=merged["shrink"].value if "shrink" in merged else True,
                           device=merged["device"].value if "device" in merged else None)
+    loaded, compiled = _uncompiled(loaded)
     if loaded.model is not origin:
         # The instance may carry its own __tfcheck__ (one that follows its constructor arguments, e.g.
         # pad_id); it outranks the class's or factory's.
@@ -67,7 +70,16 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
     refuse_unusable(loaded.model, loaded.spec, meta_ok=meta_ok)
     subject = build_subject(loaded, merged)
     subject.assumptions.extend(construction_assumptions(loaded))
+    if compiled:
+        subject.assumptions.append(Assumption(COMPILED, type(loaded.model).__name__, COMPILED_WHY))
     return subject
+
+
+def _uncompiled(loaded: Loaded) -> tuple[Loaded, bool]:
+    """The loaded model as its uncompiled module (torch.compile's wrapper given or returned by a factory): its
+    checks run with dynamo off, which dynamo's own tracking of the model's mutations would break."""
+    model, compiled = uncompiled(loaded.model)
+    return (dataclasses.replace(loaded, model=model) if model is not loaded.model else loaded), compiled
 
 
 def construction_assumptions(loaded: Loaded) -> list[Assumption]:
@@ -122,7 +134,7 @@ def at_defaults(subject: Subject, small_error: str) -> Subject | None:
     trial forward raised: a forward may need sizes a constructor does not check (a rotary table of at least 64
     dimensions). None when the defaults cannot be built (too large for the size guard, or they raise too)."""
     try:
-        loaded = rebuild_at_defaults(subject.loaded)
+        loaded, _ = _uncompiled(rebuild_at_defaults(subject.loaded))
         refuse_unusable(loaded.model, loaded.spec)
     except Exception:  # noqa: BLE001 - defaults that cannot be built leave the small model's error as the finding
         return None

@@ -14,9 +14,10 @@ from tfcheck.engine.battery import all_checks
 from tfcheck.engine.budget import BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
+from tfcheck.engine.limits import InstrumentationLimit, found_not_applicable
 from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.memory import fit_probes
-from tfcheck.engine.registry import Check, NotApplicable
+from tfcheck.engine.registry import Check, NotApplicable, inconclusive
 from tfcheck.engine.symptoms import symptom_checks
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.model.subject import Subject
@@ -117,6 +118,13 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
         subject.assumptions[:] = [a for a in subject.assumptions
                                   if not (a.key == NotApplicable.PREFIX and a.value == chk.id)]
         done[chk.id] = runner.result(chk)
+    # One that finds out from its forward that it does not apply (no norm to place) is a line among the
+    # assumptions too, as one known beforehand not to apply.
+    for chk_id, result in list(done.items()):
+        why = found_not_applicable(result)
+        if why is not None:
+            del done[chk_id]
+            subject.assumptions.append(Assumption(NotApplicable.PREFIX, chk_id, why))
     results = [done[c.id] for c in all_checks() if c.id in done]
     return root_cause.link(ModelReport(subject.spec, assumptions=subject.assumptions, results=results),
                            symptom_checks())
@@ -292,6 +300,8 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
             findings = ctx.run_flow_check(chk) if chk.flow else list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]
+    except InstrumentationLimit as limit:  # the model runs without tfcheck's modes: tfcheck's limit
+        return [inconclusive(chk.id, limit.reason)]
     except ModelRaised as raised:
         e = raised.explanation
         return [Finding(chk.id, Status.FAIL, e.message, e.location, e.evidence, e.row)]

@@ -19,6 +19,10 @@ ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
 INPLACE_ADDS = frozenset({"__iadd__", "add_"})
 ATTENTION_OPS = frozenset({"softmax", "_softmax", "_safe_softmax", "scaled_dot_product_attention",
                            "multi_head_attention_forward", "_native_multi_head_attention"})
+#: Ops whose output reads only their input's shape, dtype and device, never its values: a tensor made by one
+#: (torch.ones_like(x), x.new_zeros(...)) does not carry x's values, so a table built from it is no sublayer of x.
+SHAPE_ONLY_OPS = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
+                            "randint_like", "new_zeros", "new_ones", "new_empty", "new_full", "size", "sym_size"})
 #: How far back a dependence search may walk (ops), so a huge graph cannot stall the check.
 SEARCH_LIMIT = 20000
 
@@ -139,20 +143,22 @@ class Dataflow:
         self.ops = [o for o in recording.ops if o.level == "function" or o.parent_op is None]
         self.by_index = {o.index: o for o in self.ops}
 
-    def depends(self, later: int, earlier: set[int]) -> bool:
-        """Whether tensor ``later`` was computed (through ops) from any tensor in ``earlier``."""
+    def depends(self, later: int, earlier: set[int], values: bool = False, after: int = -1) -> bool:
+        """Whether tensor ``later`` was computed (through ops) from any tensor in ``earlier``; with ``values``,
+        from their values: an op that reads only its input's shape (ones_like) does not pass the dependence on.
+        Tensors made before op ``after`` are not followed (they cannot come from a tensor made there)."""
         seen: set[int] = set()
         todo = [later]
         while todo and len(seen) < SEARCH_LIMIT:
             t = todo.pop()
             if t in earlier:
                 return True
-            if t in seen:
+            if t in seen or (self.made_by.get(t, -1) < after and t not in self.updated_by):
                 continue
             seen.add(t)
             for index in (self.made_by.get(t, -1), *self.updated_by.get(t, ())):
                 op = self.by_index.get(index)
-                if op is not None:
+                if op is not None and not (values and op.short_name in SHAPE_ONLY_OPS):
                     todo.extend(i for i in op.input_ids if i != t)
         return False
 
@@ -196,11 +202,19 @@ class Dataflow:
         for call in self.rec.calls:
             if call.index in ancestors or call.first_op <= born or call.last_op >= add.index or not call.output_ids:
                 continue
-            if (x in call.input_ids or self._fed_from(call, x)) and self.depends(y, set(call.output_ids)):
+            if (x in call.input_ids or self._fed_from(call, x)) and self.depends(y, set(call.output_ids)) \
+                    and self._reads_values_of(call, x):
                 candidates.append(call)
         if not candidates:
             return None
         return max(candidates, key=lambda c: (c.last_op - c.first_op, -c.depth))
+
+    def _reads_values_of(self, call: ModuleCall, x: int) -> bool:
+        """Whether the call's output is computed from the values of ``x`` (or of the normalised x it took): a
+        position table (an embedding of arange(x.shape[1])) takes x in but reads only its shape, and is no
+        sublayer whose output the residual add must match."""
+        born = self.made_by.get(x, -1)
+        return any(self.depends(t, {x}, values=True, after=born) for t in call.output_ids)
 
     def _fed_from(self, call: ModuleCall, x: int) -> bool:
         """Pre-LN: the sublayer's input is a function of x made by one module (the norm)."""

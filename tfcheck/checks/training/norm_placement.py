@@ -62,8 +62,8 @@ def norm_placement(ctx) -> list[Finding]:
     graph = Dataflow(recorded_probe.shared(ctx).recording)
     norms = _norms(graph.rec)
     if not norms:
-        return [Finding(ID, Status.SKIP, "not applicable: no LayerNorm or RMSNorm op in the recorded forward",
-                        evidence={"norms": 0})]
+        return [ctx.not_applicable(ID, "no LayerNorm or RMSNorm op (nor one written by hand) in the recorded "
+                                   "forward: there is no norm to place", {"norms": 0})]
     residuals = graph.residuals()
     post, pre = _placed(graph, norms, residuals)
     evidence = {"norms_seen": len(norms), "post_ln": [n.where for n in post], "pre_ln": [n.where for n in pre],
