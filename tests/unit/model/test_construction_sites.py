@@ -116,7 +116,7 @@ def test_the_subject_names_the_site_or_the_reason():
     loaded = built_seeded(Sited, "test:Sited", {})
     subject = Subject(loaded, {})
     site = subject.construction_site("block.proj.weight")
-    assert (site.module, str(Path(site.file)), site.line) == ("block.proj", *marked("proj"))
+    assert (site.module, str(Path(site.file).resolve()), site.line) == ("block.proj", *marked("proj"))
     assert subject.construction_site("block.proj", kind="frozen").reason  # a module is never frozen itself
     root = subject.construction_site("")
     assert root.module == "" and root.file is None and root.reason

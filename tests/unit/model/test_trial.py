@@ -55,9 +55,10 @@ def test_the_trial_settles_the_layout_and_the_output_and_forward_smoke_pays_for_
     smoke = run_check(subject, get("forward.smoke"))
     assert smoke.status is Status.PASS
     assert subject.facts.mask.layout == "b11s" and subject.facts.output == "tensor"
-    # (b, s) raised, (b, 1, s) raised, (b, 1, 1, s) ran recorded, then once plain for the probe the checks share:
-    # four forwards, all counted in forward.smoke's cost
-    assert smoke.cost.forward == 4 == forwards_of["TutorialEncoder"]
+    # (b, s) raised, (b, 1, s) raised (each recorded, then once plain to tell the model's error from a limit of
+    # tfcheck's instrumentation), (b, 1, 1, s) ran recorded, then once plain for the probe the checks share:
+    # six forwards, all counted in forward.smoke's cost
+    assert smoke.cost.forward == 6 == forwards_of["TutorialEncoder"]
     assert [a.key for a in subject.assumptions].count("mask layout") == 1
     # Once per model: the next check runs no trial, and reuses the trial's standard probe.
     contract = run_check(subject, get("shape.contract"))
@@ -79,7 +80,8 @@ def test_a_trial_that_raises_in_every_layout_falls_back_and_forward_smoke_report
     report = tfcheck.run_checks(_RaisesAlways, only=["forward.smoke"], vocab_size=11)
     smoke = report.models[0].results[0]
     assert smoke.status is Status.FAIL and "the model's own error" in smoke.findings[0].message
-    assert smoke.cost.forward == 3  # the (batch, length) layout and the two tried after it
+    # the (batch, length) layout and the two tried after it, each recorded and once plain (it raises both ways)
+    assert smoke.cost.forward == 6
     assert not any(a.key == "mask layout" for a in report.models[0].assumptions)
 
 
