@@ -42,6 +42,9 @@ UNKNOWN_KIND = ("causal= is a constructor argument the model does not keep: noth
                 "the leak a bidirectional model shows is a warning that names the declaration (kind=encoder)")
 NO_SOFTMAX_SCORES = ("no (length, length) softmax scores: the attention is a kernel or feature-map approximation "
                      "(no softmax over the keys is ever formed), so the first attention cannot be read: inconclusive")
+LINEAR_FEATURE_MAPS = ("efficient attention softmaxes q over its features and k over the sequence as feature maps "
+                       "(k.softmax(dim=-2)), of projection outputs: no softmax normalises a product of two "
+                       "activations, so there is no attention site, inconclusive")
 
 #: (model, check) -> why a correct model of the corpus warns or skips there, and must
 EXPLAINED: dict[tuple[str, str], str] = {
@@ -73,6 +76,9 @@ EXPLAINED: dict[tuple[str, str], str] = {
         "read, inconclusive"),
     ("linear-attention", "mask.causal"): UNKNOWN_KIND,
     ("linear-attention", "position.sensitivity"): NO_SOFTMAX_SCORES,
+    ("linear-attention", "attention.heads"): LINEAR_FEATURE_MAPS,
+    ("linear-attention", "attention.scale"): LINEAR_FEATURE_MAPS,
+    ("linear-attention", "attention.softmax_axis"): LINEAR_FEATURE_MAPS,
     ("performer", "mask.causal"): UNKNOWN_KIND,
     ("performer", "position.sensitivity"): NO_SOFTMAX_SCORES,
     ("performer", "attention.heads"): "FAVOR+ random-feature attention has no softmax: no attention site",
@@ -93,19 +99,6 @@ REAL_BUGS: dict[tuple[str, str], str] = {
 #: (model, check) -> a false alarm on a correct model: its cause and where it is to be fixed. Expected as the
 #: current result; an entry whose alarm has gone fails the test, so that it is removed with the fix.
 KNOWN_FALSE_ALARMS: dict[tuple[str, str], str] = {
-    ("local-attention", "attention.scale"): (
-        "q is scaled (bq = bq * scale) after it was zero-padded to the window size, so its per-head norms no longer "
-        "match the projection's and the operand scalar is not traced: the raw product over the softmax input reads "
-        "1 (tfcheck/checks/numerics/attention_scale.py, _relative_to_projection; issue 15)"),
-    ("performer", "shape.residual"): (
-        "x += self.pos_emb(x) adds a (1, length, dim) position table: a position embedding broadcast over the "
-        "batch is taken for a sublayer whose output shape differs from its input "
-        "(tfcheck/checks/shape/shape_residual.py; issue 15)"),
-    ("linear-attention", "attention.softmax_axis"): (
-        "efficient attention softmaxes k over the sequence (k.softmax(dim=-2)) as its feature map: the k softmax "
-        "is taken for the attention's softmax (tfcheck/probe/attention_sites.py; issue 15)"),
-    ("linear-attention", "attention.heads"): "the same misread site (feature-map softmax taken for attention)",
-    ("linear-attention", "attention.scale"): "the same misread site (feature-map softmax taken for attention)",
 }
 
 #: packages tried and left out, and why

@@ -42,7 +42,7 @@ def _zoo_classes() -> list[type]:
     """Every model class of the test zoo, the broken gallery, the reference models (none constructed here)."""
     found: list[type] = [TransformerEncoder, TransformerLM, Seq2SeqTransformer, *broken.VARIANTS]
     for name in ("zoo", "zoo_flow", "zoo_heads", "zoo_masks", "zoo_numerics", "zoo_training", "zoo_causal_patterns",
-                 "zoo_noise", "zoo_limitations"):
+                 "zoo_noise", "zoo_limitations", "zoo_mask_constants"):
         module = importlib.import_module(name)
         for attr, value in sorted(vars(module).items()):
             if attr.startswith("_") or not (inspect.isclass(value) and issubclass(value, nn.Module)) \

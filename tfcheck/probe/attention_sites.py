@@ -24,12 +24,9 @@ import torch
 import torch.nn as nn
 
 from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.probe.score_flow import PRODUCTS, PROJECTIONS, ScoreFlow
 
-#: Products that can form scores or mix values (function level, and aten level inside opaque calls).
-PRODUCTS = frozenset({"matmul", "__matmul__", "__rmatmul__", "bmm", "baddbmm", "einsum"})
 SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
-#: Ops that can be an output projection (one operand a parameter).
-PROJECTIONS = frozenset({"linear", "addmm", "mm", "matmul", "__matmul__"})
 SDPA = "scaled_dot_product_attention"
 _CAPTURED = PRODUCTS | SOFTMAXES | PROJECTIONS | {SDPA}
 
@@ -134,11 +131,15 @@ class SiteCollector:
     def __init__(self, model: nn.Module):
         self._owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
         self.captured: list[CapturedOp] = []
+        self.flow = ScoreFlow(self._is_owned)
 
     def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
+        self.flow(event, args, kwargs, out)
         if event.phase != "forward" or event.short_name not in _CAPTURED:
             return
         operands, extra = _operands(event.short_name, args, kwargs)
+        if event.short_name in SOFTMAXES:  # the products what it normalises was made from (None: unknown)
+            extra["made_by"] = self.flow.tags(args[0] if args else kwargs.get("input"))
         kept = [None if t is None or self._is_owned(t) else t.detach().clone() for t in operands]
         if event.short_name in PROJECTIONS and not any(t is not None and self._is_owned(t) for t in operands):
             extra["no_parameter"] = True
@@ -233,7 +234,9 @@ def _explicit_site(ops: list[CapturedOp], i: int, boundary: int) -> tuple[Attent
     probs_in, probs = soft.operands[0] if soft.operands else None, soft.out
     if probs_in is None or probs is None or probs.dim() < 2:
         return None
-    score = next((ops[j] for j in range(i - 1, boundary - 1, -1) if _forms(ops[j], probs_in)), None)
+    made_by = soft.extra.get("made_by")
+    score = next((ops[j] for j in range(i - 1, boundary - 1, -1) if _forms(ops[j], probs_in)
+                  and (made_by is None or ops[j].event.index in made_by)), None)
     if score is None:
         return None
     axes = _score_axes(score)
@@ -260,7 +263,8 @@ def _is_product_of_activations(op: CapturedOp) -> bool:
 
 
 def _forms(op: CapturedOp, probs_in: torch.Tensor) -> bool:
-    """The product's output is what the softmax normalised (possibly scaled, masked or re-viewed since)."""
+    """The product's output is shaped as what the softmax normalised; that the softmax input was computed from
+    it (scaled, masked or re-viewed since, never through a projection) the caller reads off the flow's tags."""
     out = op.out
     return _is_product_of_activations(op) and out is not None and out.numel() == probs_in.numel() and \
         tuple(out.shape[-2:]) == tuple(probs_in.shape[-2:])

@@ -7,11 +7,13 @@ exactly, up to one scalar, by their per-head vector norms, which a head split, a
 key heads and a rotary embedding all keep). So a model that scales q before the product
 (nn.MultiheadAttention), both q and k by d_k^-¼ (Whisper), or passes ``alpha=`` to ``baddbmm`` measures
 right. For ``F.scaled_dot_product_attention`` the logits are never materialised: its ``scale`` argument
-(default 1/√q.size(-1)) times the operand scalars is the measurement.
+(default 1/√q.size(-1)) times the operand scalars is the measurement. The score entries a mask constant wrote
+(recognised by the op that wrote them, whatever the constant's size: -1e4 as well as finfo.min) are left out.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +24,7 @@ from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
 from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.probe.score_flow import MaskUse, written_into
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -45,6 +48,8 @@ class Measured:
     scale: float
     how: str  # what the scale was read from
     traced: dict  # operand -> scalar relative to its projection, or None where it was not traced
+    written: torch.Tensor | None = None  # the score entries a mask constant wrote, left out of the fit
+    mask_constants: tuple = ()  # what wrote them: value, op, entries, whether the constant masks
 
 
 @check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW,), order=62)
@@ -61,13 +66,13 @@ def attention_scale(ctx) -> list[Finding]:
     findings: list[Finding] = []
     measured: list[dict] = []
     for site in sites:
-        m = measure(site, collector.captured)
+        m = measure(site, collector.captured, collector.flow.masks)
         if m is None:
             continue
         d_k = site.contracted
         expected = known[0] if known else 1 / math.sqrt(d_k)
         entry = {"module": site.module, "line": site.line, "d_k": d_k, "measured": m.scale, "expected": expected,
-                 "read_from": m.how, "operand_scalars": m.traced}
+                 "read_from": m.how, "operand_scalars": m.traced, "mask_constants": list(m.mask_constants)}
         measured.append(entry)
         if abs(m.scale / expected - 1) > TOLERANCE and not any(
                 f.location is not None and f.location.module == site.module for f in findings):
@@ -164,7 +169,7 @@ def known_scale(subject) -> tuple[float, str] | None:
 
 # ----- measuring -------------------------------------------------------------------------------------
 
-def measure(site: AttentionSite, captured: list[CapturedOp]) -> Measured | None:
+def measure(site: AttentionSite, captured: list[CapturedOp], masks: Sequence[MaskUse] = ()) -> Measured | None:
     by_index = {c.event.index: c for c in captured}
     q_axis, k_axis = _contracted_axes(site, by_index.get(site.score_op.index))
     if q_axis is None or k_axis is None:  # both None or neither
@@ -180,11 +185,13 @@ def measure(site: AttentionSite, captured: list[CapturedOp]) -> Measured | None:
             "scaled_dot_product_attention's default 1/√q.size(-1)"
         base = float(scale) if scale is not None else 1 / math.sqrt(site.query.tensor.shape[-1])
         return Measured(base * operands, how, traced)
-    fitted = _fitted_scale(_raw_product(site, by_index), _softmax_input(site, by_index))
+    raw, logits = _raw_product(site, by_index), _softmax_input(site, by_index)
+    written, constants = written_into(masks, site.score_op, site.softmax_op, logits)
+    fitted = _fitted_scale(raw, logits, written)
     if fitted is None:
         return None
     return Measured(fitted * operands, f"the softmax input over the product of its operands ({site.score_op.name})",
-                    traced)
+                    traced, written, constants)
 
 
 def _equation(op: CapturedOp | None) -> tuple[str, str, str] | None:
@@ -230,15 +237,25 @@ def _softmax_input(site: AttentionSite, by_index: dict) -> torch.Tensor | None:
     return soft.operands[0] if soft is not None and soft.operands else None
 
 
-def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None) -> float | None:
+def _valid(raw: torch.Tensor, logits: torch.Tensor, written: torch.Tensor | None) -> torch.Tensor:
+    """The (query, key) entries that hold a logit in every sample: not written by a mask constant, and (where
+    no op was seen writing one) neither non-finite nor huge."""
+    scale = float(raw.abs().max()) + 1.0
+    valid = torch.isfinite(logits) & (logits.abs() < 1e4 * scale)
+    if written is not None and written.numel() == logits.numel():
+        valid &= ~written.reshape(BATCH, -1)
+    return valid.all(0)
+
+
+def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None,
+                  written: torch.Tensor | None = None) -> float | None:
     """s in logits = s · (q·kᵀ) + b, b any bias that is the same for every sample (a relative
-    position bias, a causal mask, ALiBi); masked entries (non-finite or huge) are left out."""
+    position bias, a causal mask, ALiBi); masked entries are left out."""
     if raw is None or logits is None or raw.numel() != logits.numel():
         return None
     raw = raw.double().reshape(BATCH, -1)  # batch outermost, also where heads are merged into it
     logits = logits.double().reshape(BATCH, -1)
-    scale = float(raw.abs().max()) + 1.0
-    valid = (torch.isfinite(logits) & (logits.abs() < 1e4 * scale)).all(0)
+    valid = _valid(raw, logits, written)
     if int(valid.sum()) < 2:
         return None
     d_raw = (raw - raw.mean(0))[:, valid]
@@ -250,15 +267,23 @@ def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None) -> floa
 
 
 def _norms(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """The sorted per-head vector norms, leaving out the vectors holding one value throughout: the padding a
+    model adds to reach a block or window size (zeros, or a pad value such as -1), which no projection made."""
     v = t.movedim(axis, -1)
-    return v.reshape(-1, v.shape[-1]).double().norm(dim=-1).sort().values
+    vectors = v.reshape(-1, v.shape[-1]).double()
+    if vectors.shape[-1] > 1:
+        vectors = vectors[(vectors != vectors[:, :1]).any(dim=-1)]
+    return vectors.norm(dim=-1).sort().values
 
 
 def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[CapturedOp]) -> float | None:
     """c with operand = c · (a rearranged, rotated or repeated slice of a projection output), found by its
-    sorted per-head vector norms; the nearest preceding projection that matches. None if none does."""
+    sorted per-head vector norms (padding left out); the nearest preceding projection that matches. None if
+    none does."""
     d = int(operand.shape[axis])
     norms = _norms(operand, axis)
+    if norms.numel() == 0:
+        return None
     n = norms.numel()
     for proj in reversed(projections[-12:]):
         out = proj.out
@@ -324,7 +349,7 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     if known:
         return Finding(ID, Status.WARN, f"attention in '{module}' is {what}, but {known[1]} implies {expected:.4g}: "
                        "the config and the code disagree.", location, evidence, related=related)
-    if bias := _position_bias(site, by_index):
+    if bias := _position_bias(site, by_index, m.written):
         bug = False
         what += f"; the logits also get an added position bias ({bias})"
     if untraced and not bug:
@@ -346,15 +371,17 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     return Finding(ID, status, message, location, evidence, row=ROW, related=related)
 
 
-def _position_bias(site: AttentionSite, by_index: dict) -> str | None:
+def _position_bias(site: AttentionSite, by_index: dict, written: torch.Tensor | None) -> str | None:
     """A finite bias added to the logits that differs across (query, key) pairs the same way in every
-    sample (T5's relative position buckets, ALiBi): a sign of a relative-position design."""
+    sample (T5's relative position buckets, ALiBi): a sign of a relative-position design. The entries a mask
+    constant wrote are no bias."""
     logits, raw = _softmax_input(site, by_index), _raw_product(site, by_index)
-    fitted = _fitted_scale(raw, logits)
+    fitted = _fitted_scale(raw, logits, written)
     if fitted is None or logits is None or raw is None:  # fitted is None where either is
         return None
-    bias = (logits.double().reshape(BATCH, -1) - fitted * raw.reshape(BATCH, -1)).mean(0)
-    finite = bias[torch.isfinite(bias) & (bias.abs() < 1e4)]
+    logits, raw = logits.double().reshape(BATCH, -1), raw.double().reshape(BATCH, -1)
+    bias = (logits - fitted * raw).mean(0)
+    finite = bias[_valid(raw, logits, written)]
     if finite.numel() < 2 or float(finite.std()) < 1e-3:
         return None
     return f"spread {float(finite.std()):.3g} across query-key pairs"
