@@ -42,6 +42,18 @@ FALCON_DROPOUT = ("Falcon's attention (non-alibi path) calls scaled_dot_product_
                   "warning is true of the code and explains itself")
 PEGASUS_FAINT = ("freshly initialised Pegasus lets the source reach the logits at about 1e-4, too faint to call it "
                  "blind to order: inconclusive, said as such (its sinusoidal positions are there)")
+LONGFORMER_OPAQUE = ("Longformer's sliding-window attention multiplies diagonal chunks of q and k "
+                     "(_sliding_chunks_query_key_matmul), no q·kᵀ product of (length, length) scores tfcheck "
+                     "recognises: inconclusive, said as such")
+GLOBAL_UNUSED = ("the global-attention projections (query_global, key_global, value_global) run only for tokens a "
+                 "global_attention_mask marks, an optional input tfcheck leaves at None: the warning names the "
+                 "parameters and that input")
+FUNNEL_POOLING = ("Funnel mean-pools the sequence between its blocks (config.block_sizes) without the padding "
+                  "mask, so a pooled position averages a pad into its real neighbour: true of the code, said with "
+                  "the config fields that state the pooling")
+FUNNEL_SCALE = ("Funnel adds r_w_bias to the scaled queries and sums content, position and token-type scores "
+                "(relative attention): attention.scale reads the sum as another scale (tfcheck/probe/attention_sites"
+                ".py and checks/numerics/attention_scale.py are another helper's, HA)")
 
 FAMILIES: dict[str, Family] = {
     # ----- Hugging Face, built by tfcheck from small configs --------------------------------------------
@@ -136,6 +148,19 @@ FAMILIES: dict[str, Family] = {
     "hf-pegasus": Family("transformers:PegasusForConditionalGeneration",
                          {"kind": ("seq2seq", "config.is_encoder_decoder = True")},
                          explained={"position.sensitivity": PEGASUS_FAINT}, needs="transformers"),
+    "hf-longformer": Family("transformers:LongformerModel",  # pads ids to its window; positions from ids != pad
+                            {"kind": ("encoder", "model_type = 'longformer'")},
+                            explained={"attention.heads": LONGFORMER_OPAQUE, "attention.scale": LONGFORMER_OPAQUE,
+                                       "attention.softmax_axis": LONGFORMER_OPAQUE, "train.grad_flow": GLOBAL_UNUSED},
+                            needs="transformers"),
+    "hf-led": Family("transformers:LEDForConditionalGeneration",  # Longformer encoder, BART decoder
+                     {"kind": ("seq2seq", "config.is_encoder_decoder = True")},
+                     explained={"position.sensitivity": LONGFORMER_OPAQUE, "train.grad_flow": GLOBAL_UNUSED},
+                     needs="transformers"),
+    "hf-funnel": Family("transformers:FunnelModel", {"min_len": (5, "config.block_sizes = [1, 1, 1]: 2 poolings")},
+                        explained={"mask.padding": FUNNEL_POOLING, "attention.scale": FUNNEL_SCALE},
+                        declared={"kwargs": {"config": {"block_sizes": [1, 1, 1], "block_repeats": [1, 1, 1]}}},
+                        needs="transformers"),
     "hf-llama-eager": Family(lambda: zf.hf_eager("LlamaForCausalLM", hidden_size=zf.D, num_attention_heads=zf.HEADS,
                                                   num_hidden_layers=zf.LAYERS, intermediate_size=zf.FF),
                              {"kind": ("decoder", "model_type = 'llama'")}, needs="transformers"),

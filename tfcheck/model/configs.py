@@ -23,7 +23,7 @@ from typing import Any
 from tfcheck.errors import SpecError
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_sizes import SMALL_VALUES, is_unset, plan, quantity
+from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_values, is_unset, plan, quantity
 from tfcheck.model.user_code import user_code
 
 #: A required field (no default).
@@ -325,6 +325,9 @@ def _hugging_face(origin: Any, cls: type, given: Mapping[str, Any], shrink: bool
     except (TypeError, ValueError):
         init_names = set()
     small = {n: v for n, v in SMALL_VALUES.items() if n in init_names} if shrink else {}
+    # what the family needs beyond the sizes to build and run: top-k routing within the experts left, a causal-LM
+    # head's is_decoder switch on (Reformer's LM head refuses to build without it, RoBERTa's runs bidirectional)
+    small.update(hugging_face_values(getattr(origin, "__name__", ""), _defaults(cls), small, given))
     arguments = {**small, **{k: to_config_object(v) for k, v in given.items()}}
     try:
         cls(**copy.deepcopy(arguments))
@@ -336,6 +339,13 @@ def _hugging_face(origin: Any, cls: type, given: Mapping[str, Any], shrink: bool
             "(spec path/to/file.py:make_model), or an instance") from None
     return ConfigSource(f"{cls.__name__} (its config_class)", lambda: cls(**copy.deepcopy(arguments)),
                         filled={k: v for k, v in small.items() if k not in given})
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    try:
+        return {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+    except (TypeError, ValueError):
+        return {}
 
 
 def missing_field_message(origin: Any, spec: str, param: str, missed: str, recorder: RecordingConfig,

@@ -255,6 +255,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("pad_id", "INT | none", "The padding token id; probes never draw it as a real token.", _optional_int),
     Key("max_len", "INT", "Longest sequence the model accepts; probes are capped well below large values.",
         _positive_int),
+    Key("min_len", "INT",
+        "Shortest sequence the model accepts (a model that pools the sequence needs some positions to pool); "
+        "the shape probes start there instead of at length 1.", _positive_int),
     Key("d_model", "INT", "Width of the hidden states (hidden_size, n_embd, dim).", _positive_int),
     Key("mask", "ARG:keep | ARG:pad | ARG:additive [:bs | :b1s | :b11s] | internal | none",
         "The forward argument that takes the padding mask and its convention (keep: 1 = real token; "

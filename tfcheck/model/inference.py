@@ -16,6 +16,7 @@ import torch.nn as nn
 from tfcheck.errors import SpecError
 from tfcheck.model import declarations as decl
 from tfcheck.model.call_plan import plan_calls
+from tfcheck.model.inputs import min_length
 from tfcheck.model.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
@@ -93,6 +94,7 @@ class _Resolver:
         self.from_config("max_len")
         self.positions_after_pad()
         self.from_config("d_model", embedding_attr="embedding_dim")
+        self.min_len()
         self.causal()
         self.mask()
         self.causal_mask()
@@ -125,7 +127,7 @@ class _Resolver:
         if getattr(cfg, "is_encoder_decoder", False) is True:
             return "seq2seq", "config.is_encoder_decoder = True"
         if getattr(cfg, "is_decoder", False) is True:
-            return "decoder", "config.is_decoder = True"
+            return "decoder", "config.is_decoder = True" + self.s.loaded.set_by_tfcheck("is_decoder")
         family = HF_FAMILIES.get(str(getattr(cfg, "model_type", "")))
         if family is not None:
             return family, f"config.model_type = {cfg.model_type!r} (model family: {family})"
@@ -223,6 +225,11 @@ class _Resolver:
         if fallback is not None:
             return self.set(key, fallback, "same as vocab_size", show=False)
         self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
+
+    def min_len(self) -> None:  # stated where above 1 (tfcheck.model.inputs.min_length)
+        shortest, where = min_length(self.s)
+        if shortest > 1:
+            self.s.assumptions.append(Assumption("min_len", shortest, f"{where}; the shape probes start there"))
 
     def positions_after_pad(self) -> None:
         """A position table with a padding_idx numbers real positions from padding_idx + 1 (RoBERTa and its

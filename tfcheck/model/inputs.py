@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
+from tfcheck.model import names
 from tfcheck.model.declarations import MaskSpec
 from tfcheck.model.structure import forward_params, takes_torch_tgt_mask
 from tfcheck.model.user_code import user_code
@@ -38,6 +39,33 @@ def make_inputs(subject: Subject, batch: int, length: int, seed: int = 0) -> tup
     if subject.takes_target:
         target = random_primary(subject, batch, max(1, length + TARGET_LENGTH_DELTA), gen)
     return inputs_for(subject, primary, target)
+
+
+def min_length(subject: Subject) -> tuple[int, str]:
+    """The shortest sequence the model accepts and what says it: the min_len declaration, else a config whose
+    blocks pool the sequence by 2 (each pooling halves it; a position kept apart, Funnel's separate_cls, comes
+    on top), else 1."""
+    declared = subject.declared.get("min_len")
+    if declared is not None:
+        return int(declared.value), f"declared ({declared.source})"
+    pooling = sequence_pooling(subject)
+    if pooling is None:
+        return 1, "nothing pools the sequence"
+    poolings, kept, where = pooling
+    return 2 ** poolings + int(kept), where
+
+
+def sequence_pooling(subject: Subject) -> tuple[int, bool, str] | None:
+    """(poolings by 2, whether one position is kept out of them, the config fields that say so) for a config whose
+    blocks pool the sequence between each other (tfcheck.model.names.POOLING_BLOCKS); None for any other."""
+    config = getattr(subject.model, "config", None)
+    name = next((n for n in names.POOLING_BLOCKS if isinstance(getattr(config, n, None), (list, tuple))), None)
+    blocks = getattr(config, name) if name is not None else ()
+    if len(blocks) < 2:
+        return None
+    kept = next((n for n in names.SEPARATE_CLS if getattr(config, n, False) is True), None)
+    where = f"config.{name} = {list(blocks)}: {len(blocks) - 1} poolings by 2"
+    return len(blocks) - 1, kept is not None, where + (f", config.{kept} = True keeps one position out" if kept else "")
 
 
 def random_primary(subject: Subject, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:

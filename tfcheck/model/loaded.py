@@ -32,3 +32,7 @@ class Loaded:
     #: for an instance, which tfcheck did not build
     sites: Any = None
 
+    def set_by_tfcheck(self, name: str) -> str:
+        """' (set by tfcheck)' when ``name`` is a config field tfcheck filled, for the source of a fact read from it
+        (a causal-LM head's is_decoder switch), else ''."""
+        return " (set by tfcheck for this model class)" if name in self.config_filled else ""

@@ -25,7 +25,7 @@ KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "kv_heads")
 NUM_LAYERS = ("num_layers", "n_layer", "n_layers", "depth", "nlayers", "num_hidden_layers", "num_encoder_layers",
               "num_decoder_layers", "encoder_layers", "decoder_layers")
 D_FF = ("d_ff", "dim_feedforward", "ffn_dim", "intermediate_size", "d_hidden", "nhid", "ff_dim", "mlp_dim", "d_inner",
-        "n_inner", "encoder_ffn_dim", "decoder_ffn_dim")
+        "n_inner", "encoder_ffn_dim", "decoder_ffn_dim", "feed_forward_size")
 #: The longest sequence a model was built for. max_length last: Hugging Face configs before transformers 5
 #: carry max_length=20 as a generation setting, which the resolver does not read there.
 MAX_LEN = ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len", "max_seq_length",
@@ -34,7 +34,7 @@ GENERATION_SETTINGS = ("max_length",)
 DROPOUT = ("dropout", "p_drop", "dropout_rate", "attn_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
            "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob")
 PAD_ID = ("pad_id", "pad_token_id", "pad_idx", "padding_idx")
-HEAD_DIM = ("d_k", "d_v", "head_dim", "dim_head", "d_kv")
+HEAD_DIM = ("d_k", "d_v", "head_dim", "dim_head", "d_kv", "d_head", "attention_head_size")
 #: Rotary embedding on part of each head (GPT-J, CodeGen).
 ROTARY_DIM = ("rotary_dim",)
 #: GPT-Neo's per-layer attention pattern.
@@ -43,6 +43,16 @@ NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
 EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")
 #: Experts each token is routed to: never more than the experts there are.
 TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts")
+#: The span of a sliding-window attention (Longformer, LED): their inputs are padded to a multiple of it.
+ATTENTION_WINDOW = ("attention_window",)
+#: Axial position embeddings (Reformer): the widths of the factors sum to d_model, and the factors of the
+#: position grid multiply to the longest length.
+AXIAL_WIDTHS = ("axial_pos_embds_dim",)
+AXIAL_SHAPE = ("axial_pos_shape",)
+#: Blocks that pool the sequence by 2 between each other (Funnel Transformer's block_sizes: one entry per block),
+#: and the switch that keeps the first (CLS) position out of the pooling: the shortest length they accept.
+POOLING_BLOCKS = ("block_sizes",)
+SEPARATE_CLS = ("separate_cls",)
 BOS_TOKEN_ID = ("bos_token_id",)
 EOS_TOKEN_ID = ("eos_token_id",)
 
@@ -96,6 +106,11 @@ HF_FAMILIES: dict[str, str] = {
 #: Hugging Face class-name endings that say the kind (a head decides it: a masked LM reads both ways).
 HF_CLASS_KINDS: tuple[tuple[str, str], ...] = (
     ("ForCausalLM", "decoder"), ("LMHeadModel", "decoder"), ("ForMaskedLM", "encoder"), ("EncoderModel", "encoder"))
+
+#: Hugging Face causal-LM heads by class-name ending (ReformerModelWithLMHead too), and the config switch their
+#: families build a decoder with: such a head asserts it, or warns and runs bidirectionally without it.
+HF_CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel", "WithLMHead")
+HF_DECODER_SWITCH = "is_decoder"
 
 # ----- forward arguments ------------------------------------------------------------------------------
 #: Forward arguments that take the target sequence of a seq2seq model (the decoder input), by exact name: the

@@ -7,6 +7,7 @@ patterns); ``quantity`` says which. Plain data and arithmetic: importing it impo
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,6 +23,8 @@ SMALL_BY_QUANTITY: dict[str, Any] = {
     "ROTARY_DIM": 4,
     # GPT-Neo's per-layer pattern must cover num_layers (its default describes 24 layers).
     "ATTENTION_TYPES": [[["global", "local"], 1]],
+    # Longformer pads every input to a multiple of its window (512 by default): 16 holds the probes in one.
+    "ATTENTION_WINDOW": 16,
     # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
     "NUM_EXPERTS": 4, "EXPERT_D_FF": 64, "TOP_K": 2,
     # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
@@ -38,6 +41,7 @@ _TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("NUM_LAYERS", names.NUM_LAYERS), ("D_FF", names.D_FF), ("MAX_LEN", names.MAX_LEN),
     ("DROPOUT", names.DROPOUT), ("PAD_ID", names.PAD_ID), ("HEAD_DIM", names.HEAD_DIM),
     ("ROTARY_DIM", names.ROTARY_DIM), ("ATTENTION_TYPES", names.ATTENTION_TYPES),
+    ("ATTENTION_WINDOW", names.ATTENTION_WINDOW),
     ("NUM_EXPERTS", names.NUM_EXPERTS), ("EXPERT_D_FF", names.EXPERT_D_FF), ("TOP_K", names.TOP_K),
     ("BOS_TOKEN_ID", names.BOS_TOKEN_ID), ("EOS_TOKEN_ID", names.EOS_TOKEN_ID),
 )
@@ -166,6 +170,55 @@ def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = Tr
             new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
     return {n: new[n] for n in every if n in free and (values[n] is None or new[n] != values[n])
             and new[n] is not None}
+
+
+def hugging_face_values(model_class: str, defaults: Mapping[str, Any], small: Mapping[str, Any],
+                        given: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Hugging Face config needs beyond ``small`` (tfcheck's small values of the names its __init__ takes,
+    ``defaults`` those names' defaults, ``given`` the user's) for ``model_class`` to build and run: routing to
+    no more experts than the small config has (Qwen3-MoE routes 8 of its 128 by default), and, for a causal-LM
+    head (names.HF_CAUSAL_HEADS) of a config with the decoder switch, the switch on."""
+    values = {**defaults, **small, **given}
+    top_k = [n for n in values if quantity(n) == "TOP_K" and n not in given]
+    out = plan(values, top_k)
+    out.update(_axial(values, given))
+    switch = names.HF_DECODER_SWITCH
+    if model_class.endswith(names.HF_CAUSAL_HEADS) and switch in defaults and switch not in given \
+            and defaults[switch] is not True:
+        out[switch] = True
+    return out
+
+
+def _axial(values: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Axial position factors that fit the small sizes where the defaults no longer do, as many factors as the
+    defaults have: widths summing to d_model, a grid multiplying to max_len."""
+    out: dict[str, Any] = {}
+    sizes = {"D_MODEL": next((values[n] for n in names.D_MODEL if _int(values.get(n))), None),
+             "MAX_LEN": next((values[n] for n in names.MAX_LEN if _int(values.get(n))), None)}
+    for table, quantity_, split, combine in ((names.AXIAL_WIDTHS, "D_MODEL", _summing, sum),
+                                             (names.AXIAL_SHAPE, "MAX_LEN", _multiplying, math.prod)):
+        total = sizes[quantity_]
+        for n in table:
+            factors = values.get(n)
+            if n not in given and isinstance(factors, (list, tuple)) and factors and isinstance(total, int) \
+                    and all(_int(f) for f in factors) and combine(factors) != total:
+                out[n] = split(total, len(factors))
+    return out
+
+
+def _summing(total: int, k: int) -> list[int]:
+    return [total // k + (i < total % k) for i in range(k)]
+
+
+def _multiplying(total: int, k: int) -> list[int]:
+    """k factors of ``total`` as even as its prime factors allow (64 in two: 8 x 8)."""
+    factors, rest, p = [1] * k, total, 2
+    while rest > 1:
+        while rest % p:
+            p += 1
+        rest //= p
+        factors[factors.index(min(factors))] *= p
+    return factors
 
 
 def is_unset(value: Any, quantity_: str | None) -> bool:

@@ -202,20 +202,23 @@ def perturbed_embedding(model: nn.Module, tokens: torch.Tensor, where: torch.Ten
 
     Every nn.Embedding is hooked, and the one that receives ``tokens`` is perturbed: the token embedding
     is not always the first (a seq2seq model may embed the source first) and may be shared between the
-    source and the target (T5), so it is recognised by its input, not by its place. The yielded list
-    names the embeddings perturbed."""
+    source and the target (T5), so it is recognised by its input, not by its place. The input may be the tokens
+    extended on the right (Longformer pads its ids to a multiple of its attention window before embedding them):
+    then only the tokens' own positions are perturbed. The yielded list names the embeddings perturbed."""
     gen = torch.Generator().manual_seed(seed)
     perturbed: list[str] = []
 
     def hook_for(path: str):
         def hook(module, args, output):
             if not (args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)
-                    and args[0].shape == tokens.shape and torch.equal(args[0], tokens)
-                    and output.shape[:2] == tokens.shape):
+                    and embeds_tokens(args[0], tokens) and output.shape[:2] == args[0].shape[:2]):
                 return output
             scale = output.detach().double().pow(2).mean().sqrt().clamp_min(1e-6)
             noise = torch.randn(output.shape, generator=gen, dtype=torch.float64) * scale
-            delta = (noise * where.to("cpu")[..., None]).to(output.device, output.dtype)
+            at = where.to("cpu")
+            if args[0].shape != tokens.shape:
+                at = torch.cat([at, at.new_zeros(at.shape[0], args[0].shape[1] - at.shape[1])], dim=1)
+            delta = (noise * at[..., None]).to(output.device, output.dtype)
             perturbed.append(path)
             return output + delta
         return hook
@@ -223,3 +226,13 @@ def perturbed_embedding(model: nn.Module, tokens: torch.Tensor, where: torch.Ten
     with hooked(Hook(module, hook_for(path)) for path, module in model.named_modules()
                 if isinstance(module, nn.Embedding)):
         yield perturbed
+
+
+def embeds_tokens(ids: torch.Tensor, tokens: torch.Tensor) -> bool:
+    """Whether an embedding's input is ``tokens``, or ``tokens`` (batch, length) followed by more positions
+    (ids padded on the right inside forward)."""
+    if ids.shape == tokens.shape:
+        return torch.equal(ids, tokens.to(ids.device))
+    if tokens.dim() != 2 or ids.dim() != 2 or ids.shape[0] != tokens.shape[0] or ids.shape[1] < tokens.shape[1]:
+        return False
+    return ids.dtype == tokens.dtype and torch.equal(ids[:, :tokens.shape[1]], tokens.to(ids.device))

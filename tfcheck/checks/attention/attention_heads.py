@@ -71,7 +71,7 @@ def attention_heads(ctx) -> list[Finding]:
             _keep_first(problems, finding)
             merges += verified
         for p in perturbations:
-            finding, note = _judge_split(sites, batch, p, problems)
+            finding, note = _judge_split(sites, batch, p, problems, subject.takes_target)
             _keep_first(problems, finding)
             if note:
                 notes.append(note)
@@ -185,10 +185,13 @@ def _changed_positions(before: torch.Tensor, after: torch.Tensor, tol: float) ->
     return diff.amax(-1) > tol
 
 
-def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation) -> tuple[AttentionSite, dict] | None:
-    """The first site (in execution order) whose q, k or v changed under the perturbation, with those
-    tensors laid out (batch, position, head, features)."""
+def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation,
+                   seq2seq: bool) -> tuple[AttentionSite, dict] | None:
+    """The first site (in execution order) whose q, k or v changed under the perturbation, with those tensors
+    laid out (batch, position, head, features); never a seq2seq decoder's cross-attention."""
     for site in sites:
+        if _reads_encoder_output(site, seq2seq):
+            continue
         laid = {name: t for name, op in (("q", site.query), ("k", site.key), ("v", site.value))
                 if (t := op.by_position(batch)) is not None}
         if len(laid) < 3:  # q, k or v not laid out by position
@@ -200,9 +203,17 @@ def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation) -> t
     return None
 
 
-def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation,
-                 problems) -> tuple[Finding | None, str | Inconclusive | None]:
-    first = _first_reached(sites, batch, p)
+def _reads_encoder_output(site: AttentionSite, seq2seq: bool) -> bool:
+    """A seq2seq decoder's cross-attention, told by its lengths: the probe gives a seq2seq model a target shorter
+    than its source (TARGET_LENGTH_DELTA), so there queries (the decoder's) and keys (the encoder's output, mixed
+    across positions by its bidirectional layers) differ in length. Mixed keys there say nothing of a split.
+    (Within one stack, queries of another length read the stack's own states: a Perceiver's latents.)"""
+    return seq2seq and site.query.length != site.key.length
+
+
+def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, problems,
+                 seq2seq: bool = False) -> tuple[Finding | None, str | Inconclusive | None]:
+    first = _first_reached(sites, batch, p, seq2seq)
     if first is None:
         return None, Inconclusive(f"changing {p.stream} position {p.position} changed q, k and v at no attention "
                                   "site, so the split could not be judged")

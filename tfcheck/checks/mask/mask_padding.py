@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck.checks.mask.padding_examples import SHRINK, layout, padded_inputs
+from tfcheck.checks.mask.padding_examples import SHRINK, layout, pad_comparison, padded_inputs
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
+from tfcheck.model.inputs import sequence_pooling
 from tfcheck.probe import flow
 from tfcheck.probe.padding_trace import PaddingTrace, blame
 from tfcheck.report.findings import Finding, Location
@@ -157,7 +158,15 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
                        evidence={"output_shape": tuple(out.shape)})
     if not ids_changed and not perturbed and mode == "argument":
         # No embedding received the token ids, so keeping pad_id in the pads changed nothing at all: change
-        # the pad ids themselves (one more pass) rather than pass on a probe that perturbed nothing.
+        # the pad ids themselves (one more pass) rather than pass on a probe that perturbed nothing, unless the
+        # model reads the pad id itself (RoBERTa's positions count the ids != pad): other ids there would move
+        # what it derives from them, a change of the real tokens' positions, not of the pads' content.
+        compared = pad_comparison(ctx, args, kwargs, pad_id)
+        if compared is not None:
+            return Inconclusive(f"no nn.Embedding received the token ids, so the pads' embedding could not be "
+                                f"perturbed, and the model compares its ids with pad_id={pad_id} ({compared}), so "
+                                "other ids at the pads would change more than the pads' content").finding(
+                ID, evidence={"pad_comparison": compared, "embeddings_perturbed": []})
         return _measure(ctx, mode, n, change_ids=True)
     groups = {name: out[i * SAMPLES:(i + 1) * SAMPLES] for i, name in enumerate("ABC")}
     equivalence, first_layer = None, _first_leaking_layer(layers, keep, out_len if target is not None else None)
@@ -365,6 +374,14 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
     location, related = found.location, found.related
     if m.first_layer:
         message += f" The pads first reach real outputs in layer '{m.first_layer}'."
+    pooling = sequence_pooling(subject) if pattern == "padding leak" else None
+    if pooling is not None:
+        # The mask reaches the scores; what mixes pads into real positions is the model's own pooling of the
+        # sequence (a mean over neighbouring positions, pads included), which its config states.
+        message = (f"the model pools the sequence ({pooling[2]}): a pooled position averages neighbouring "
+                   "positions, pads included, so pad content reaches real outputs by the design of the pooling, "
+                   f"not through a missing mask. Measured: {message}")
+        return Finding(ID, Status.WARN, message, location, {**evidence, "pooling": pooling[2]}, row, related)
     if m.mode == "undeclared":
         message = (f"pad_id={subject.facts.pad_id} is known but no padding mask is declared: if the model masks "
                    "padding from pad_id, declare mask=internal and this is a failure; if it takes no padding, declare "

@@ -12,7 +12,9 @@ import torch
 
 from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import with_memory_padding_mask
+from tfcheck.model.observed import COMPARISONS
 from tfcheck.probe import flow
+from tfcheck.probe.frames import short_path
 from tfcheck.ui import leakmap
 
 
@@ -20,6 +22,26 @@ def padded_inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
     """Forward arguments of a padded batch (``keep``: True = real), with the mask where the model takes it."""
     args, kwargs = subject.inputs_for(primary, target, keep=keep)
     return args, with_memory_padding_mask(subject, kwargs, keep)
+
+
+def pad_comparison(ctx, args: tuple, kwargs: dict, pad_id: int | None) -> str | None:
+    """Where one recorded forward of the padded batch compares integer ids with ``pad_id`` (``ids != pad``,
+    ``ids.eq(pad)``), as path:line; None when it never does."""
+    if pad_id is None:
+        return None
+    found: list[str] = []
+
+    def on_op(event, op_args, op_kwargs, out):
+        if found or event.short_name not in COMPARISONS or len(op_args) != 2:
+            return
+        ids, other = op_args
+        value = other.item() if isinstance(other, torch.Tensor) and other.numel() == 1 else other
+        if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and ids.dtype != torch.bool \
+                and isinstance(value, int) and not isinstance(value, bool) and value == pad_id:
+            found.append(f"{short_path(event.file)}:{event.line}" if event.file else repr(event.module))
+
+    ctx.record(args, kwargs, "the padded batch, recorded to find comparisons with pad_id", on_op=on_op)
+    return found[0] if found else None
 
 
 def layout(keep_row: tuple[bool, ...]) -> str:

@@ -11,6 +11,7 @@ from tfcheck.engine.registry import check
 from tfcheck.model import flat_outputs
 from tfcheck.model.capacity import promised_length
 from tfcheck.model.head import head_choice, outside_forward
+from tfcheck.model.inputs import min_length
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.recorder import Recorder, Recording
@@ -24,7 +25,8 @@ ID = "shape.contract"
        rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails", "out-of-memory"),
        order=10)
 def shape_contract(ctx) -> list[Finding]:
-    """Run batch 1 and batch 3 at length 1, the probe length and the capped maximum, and compare each
+    """Run batch 1 and batch 3 at length 1 (or the shortest the model accepts: tfcheck.model.inputs.min_length),
+    the probe length and the capped maximum, and compare each
     output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
     for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
     parameters' floating dtype; and require every value to be finite."""
@@ -32,7 +34,7 @@ def shape_contract(ctx) -> list[Finding]:
     allowed, why = subject.expected_last_dims()
     param_dtype = _param_dtype(subject.model)
     verdicts = []
-    sizes = _probe_sizes(subject.probe_lengths())
+    sizes = _probe_sizes(_accepted(subject, subject.probe_lengths()))
     promised = promised_length(subject)
     if promised is not None:  # a length the user stated and the position table does not hold: a broken promise
         sizes.append((1, promised[0]))
@@ -193,6 +195,13 @@ def _grouped(verdicts: list[Finding], locate) -> list[Finding]:
         out.append(locate(problem, Finding(ID, first.status, first.message + also, first.location, evidence,
                                            first.row)))
     return out
+
+
+def _accepted(subject, lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """The probe lengths the model accepts: none below its shortest (a model that pools the sequence raises
+    there by design; tfcheck.model.inputs.min_length says what sets it)."""
+    shortest, _ = min_length(subject)
+    return tuple(sorted({max(n, shortest) for n in lengths}))
 
 
 def _probe_sizes(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
