@@ -16,7 +16,7 @@ import sys
 import traceback
 from types import FrameType
 
-__all__ = ["is_user_frame", "short_path", "innermost_user_frame", "model_frame"]
+__all__ = ["is_user_frame", "short_path", "innermost_user_frame", "model_frame", "called_by_tfcheck"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,3 +88,16 @@ def innermost_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
         if is_user_frame(frame.filename):
             return frame
     return None
+
+
+def called_by_tfcheck(skip: int = 1) -> bool:
+    """Whether the code ``skip`` frames above the caller, past torch's own Python wrappers, is tfcheck's: an op a
+    probe's hook runs (the noise it adds to an embedding), not one of the model's."""
+    frame: FrameType | None = sys._getframe(skip + 1)
+    while frame is not None:
+        kind = _kind(frame.f_code.co_filename)
+        if kind != "other":
+            return kind == "tfcheck"
+        frame = frame.f_back
+    return False
+

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.probe.frames import model_frame
+from tfcheck.probe.frames import called_by_tfcheck, model_frame
 from tfcheck.probe.hooks import Hook, hooked
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
@@ -140,6 +140,7 @@ class OpEvent:
     raised: bool = False
     input_ids: tuple[int, ...] = ()  # tensor identities, when the recorder tracks them
     output_ids: tuple[int, ...] = ()
+    by_tfcheck: bool = False  # called by tfcheck's own code (a probe's hook), not by the model
 
     @property
     def short_name(self) -> str:
@@ -266,7 +267,9 @@ class Recorder:
             self.recording.calls[call].path if call is not None else "",
             _metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
             "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
-            input_ids=self.ids((args, kwargs)))
+            input_ids=self.ids((args, kwargs)),
+            # begin <- observe <- the mode's __torch_function__ <- the op's caller
+            by_tfcheck=parent is None and level == "function" and called_by_tfcheck(3))
         self.recording.ops.append(event)
         return event
 

@@ -15,7 +15,6 @@ build the mask, while the helper's own line, innermost, stays in ``Node.file``/`
 """
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 from dataclasses import dataclass
@@ -32,23 +31,6 @@ if TYPE_CHECKING:
     from tfcheck.checks.mask.causal_masks import Applied, MaskReader, Site
 
 _STATISTICS = frozenset({"mean", "var", "std", "sum", "amax", "max", "norm", "var_mean", "std_mean", "cumsum"})
-_HERE = os.path.abspath(__file__)
-_OWN = os.path.dirname(_HERE) + os.sep  # this folder: the trace and its mask reader
-_TFCHECK = os.path.dirname(os.path.dirname(os.path.dirname(_HERE))) + os.sep
-
-
-def _called_by_tfcheck() -> bool:
-    """The op was called by tfcheck itself (the probe's embedding perturbation hook), not by the model: the
-    frame that called it, past the recorder's and this observer's own, is tfcheck's (the model's ops are called
-    by its code, or by torch's modules inside it)."""
-    frame: FrameType | None = sys._getframe()
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path.endswith(os.path.join("probe", "recorder.py")) or path.startswith(_OWN):
-            frame = frame.f_back
-            continue
-        return path.startswith(_TFCHECK)
-    return False
 
 
 @dataclass(eq=False)
@@ -125,7 +107,7 @@ class CausalTrace:
         return self.reader.sites
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        if event.phase != "forward" or event.level != "function" or _called_by_tfcheck():
+        if event.phase != "forward" or event.level != "function" or event.by_tfcheck:
             return
         try:
             self._observe(event, args, kwargs, out)

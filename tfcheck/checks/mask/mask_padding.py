@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import torch
 
-from tfcheck.checks.mask.padding_examples import SHRINK, layout, pad_comparison, padded_inputs
+from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_comparison, padded_inputs
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import sequence_pooling
 from tfcheck.probe import flow
+from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
 from tfcheck.probe.padding_trace import PaddingTrace, blame
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 from tfcheck.ui import leakmap
 
@@ -309,10 +310,12 @@ def _pattern(m: _Measured, judgement: flow.Judgement, axis: str | None) -> tuple
     return "padding leak", "the pad content reaches real positions"
 
 
-def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace]:
-    """Record one forward of the padded samples: the mask's axis ('query' when a per-sample mask is applied to
-    square (s, s) scores on the query axis, 'key' when one is applied on the key axis, None when none is), and
-    the trace of the padding mask through it (which line the finding points at)."""
+def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin]:
+    """Record one forward of the padded samples and, after them, the same samples with only their pads' embeddings
+    changed: the mask's axis ('query' when a per-sample mask is applied to square (s, s) scores on the query axis,
+    'key' when one is applied on the key axis, None when none is), the trace of the padding mask through it (which
+    line the finding points at), and the first op whose real positions moved with the pads (where the leak is
+    born)."""
     subject = ctx.subject
     n = m.n
     gen = torch.Generator().manual_seed(23)
@@ -320,42 +323,32 @@ def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace]:
     pad_id = subject.facts.pad_id
     tokens = (real if pad_id is None or real.is_floating_point()
               else torch.where(m.keep, real, torch.full_like(real, pad_id)))
-    target = _target(subject, n, SAMPLES, gen)
-    args, kwargs = padded_inputs(subject, tokens, target, m.keep)
-    seen: set[str] = set()
+    rows = torch.cat([tokens, tokens])
+    keep = torch.cat([m.keep, m.keep])
+    pads_of_copies = torch.zeros_like(keep)
+    pads_of_copies[SAMPLES:] = ~m.keep
+    if tokens.is_floating_point():  # features: other features at the copies' pads
+        rows = _other_content(subject, rows, pads_of_copies, 24, gen)
+    target = _target(subject, n, 2 * SAMPLES, gen)
+    args, kwargs = padded_inputs(subject, rows, target, keep)
+    seen, on_op = mask_axes(n, SAMPLES)
+    trace = PaddingTrace(subject.model, 2 * SAMPLES, n)
+    origin = LeakOrigin(Perturbation.paired(m.keep))
 
-    def on_op(event, op_args, op_kwargs, out):
-        name = event.short_name.lower()
-        if not any(k in name for k in ("masked_fill", "where", "add", "sub", "mul", "scaled_dot_product",
-                                       "baddbmm", "multi_head_attention")):
-            return
-        tensors = [t for t in (*op_args, *op_kwargs.values()) if isinstance(t, torch.Tensor)]
-        scores = [t for t in tensors if t.dim() >= 3 and tuple(t.shape[-2:]) == (n, n)]
-        if not scores and not ("scaled_dot" in name or "multi_head" in name):
-            return
-        largest = max((t.numel() for t in scores), default=None)
-        for t in tensors:
-            if t.dim() < 2 or t.shape[0] % SAMPLES or (largest is not None and t.numel() >= largest):
-                continue  # not a per-sample (or per sample and head) mask smaller than the scores
-            if tuple(t.shape[-2:]) == (n, 1):
-                seen.add("query")
-            elif t.shape[-1] == n and (t.dim() == 2 or t.shape[-2] in (1, n)):
-                seen.add("key")
-
-    trace = PaddingTrace(subject.model, SAMPLES, n)
-
-    def both(event, op_args, op_kwargs, out):
+    def all_three(event, op_args, op_kwargs, out):
         on_op(event, op_args, op_kwargs, out)
         trace.on_op(event, op_args, op_kwargs, out)
+        origin(event, op_args, op_kwargs, out)
 
-    with trace.hooks():
-        ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples", on_op=both)
-    return "query" if "query" in seen else ("key" if "key" in seen else None), trace
+    with trace.hooks(), leakmap.perturbed_embedding(subject.model, rows, pads_of_copies, 25):
+        ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples and their copies with other pads",
+                   on_op=all_three)
+    return "query" if "query" in seen else ("key" if "key" in seen else None), trace, origin
 
 
 def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, leak_change) -> Finding:
     subject = ctx.subject
-    axis, trace = _recorded(ctx, m)
+    axis, trace, origin = _recorded(ctx, m)
     pattern, basis = _pattern(m, judgement, axis)
     row, meaning = PATTERNS[pattern]
     lm = _leak_map(m, leak_change)
@@ -372,6 +365,9 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
                 **leakmap.evidence_of(lm)}
     found = blame(trace, m.first_layer or "", WRONG.get(pattern))
     location, related = found.location, found.related
+    born = origin.first
+    if born is not None and (born.file, born.line) != (location.file, location.line):
+        related = (*related, Related("leak first appears", born.file, born.line, born.module))
     if m.first_layer:
         message += f" The pads first reach real outputs in layer '{m.first_layer}'."
     pooling = sequence_pooling(subject) if pattern == "padding leak" else None

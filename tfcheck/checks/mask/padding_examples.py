@@ -6,6 +6,7 @@ Apart from mask_padding.py so that both fit one screenful; the check imports its
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,32 @@ def pad_comparison(ctx, args: tuple, kwargs: dict, pad_id: int | None) -> str | 
 
     ctx.record(args, kwargs, "the padded batch, recorded to find comparisons with pad_id", on_op=on_op)
     return found[0] if found else None
+
+
+def mask_axes(n: int, samples: int) -> tuple[set[str], Callable[..., None]]:
+    """An ``on_op`` for a recorded forward of padded samples, and the set it fills with the axes a per-sample mask
+    is applied on to square (n, n) scores: 'query' ((..., n, 1)), 'key' ((..., n) or (..., 1 or n, n))."""
+    seen: set[str] = set()
+
+    def on_op(event, op_args, op_kwargs, out):
+        name = event.short_name.lower()
+        if not any(k in name for k in ("masked_fill", "where", "add", "sub", "mul", "scaled_dot_product",
+                                       "baddbmm", "multi_head_attention")):
+            return
+        tensors = [t for t in (*op_args, *op_kwargs.values()) if isinstance(t, torch.Tensor)]
+        scores = [t for t in tensors if t.dim() >= 3 and tuple(t.shape[-2:]) == (n, n)]
+        if not scores and not ("scaled_dot" in name or "multi_head" in name):
+            return
+        largest = max((t.numel() for t in scores), default=None)
+        for t in tensors:
+            if t.dim() < 2 or t.shape[0] % samples or (largest is not None and t.numel() >= largest):
+                continue  # not a per-sample (or per sample and head) mask smaller than the scores
+            if tuple(t.shape[-2:]) == (n, 1):
+                seen.add("query")
+            elif t.shape[-1] == n and (t.dim() == 2 or t.shape[-2] in (1, n)):
+                seen.add("key")
+
+    return seen, on_op
 
 
 def layout(keep_row: tuple[bool, ...]) -> str:
