@@ -4,11 +4,16 @@ from __future__ import annotations
 import torch.nn as nn
 
 import tfcheck
+from locations import unlocated
 
 
 def result(model, check: str, **declared):
-    """The CheckResult of ``check`` alone on ``model`` (forward.smoke still gates it)."""
-    return tfcheck.run_checks(model, only=[check], **declared).models[0].result(check)
+    """The CheckResult of ``check`` alone on ``model`` (forward.smoke still gates it). Every problem it reports
+    must say where it is, or why it cannot (the location rule, tests/support/locations.py)."""
+    report = tfcheck.run_checks(model, only=[check], **declared)
+    problems = unlocated(report.models[0].findings())
+    assert not problems, "findings without a location:\n" + "\n".join(problems)
+    return report.models[0].result(check)
 
 
 def nn_encoder():
