@@ -6,32 +6,23 @@ written here as numbers."""
 from __future__ import annotations
 
 import inspect
-import re
 from pathlib import Path
 
 import pytest
 
 import zoo_causal_patterns as zoo
 from helpers import result
+from locations import defect_lines
 from reference_model import attention, broken, models
+from snapshot import REPO
 from tfcheck import Status
 
 CAUSAL = "mask.causal"
-MARK = re.compile(r"#\s*tfcheck:\s*defect(?:\((\w+)\))?")
 
 
 def marked(cls) -> set[tuple[str, int]]:
-    """(resolved file, line) of every line marked as ``cls``'s defect (the rule of tests/integration/
-    test_locations.py's defect_lines)."""
-    path = Path(inspect.getsourcefile(cls)).resolve()
-    lines, start = inspect.getsourcelines(cls)
-    inside = range(start, start + len(lines))
-    found = set()
-    for n, text in enumerate(path.read_text().splitlines(), 1):
-        m = MARK.search(text)
-        if m and (m.group(1) == cls.__name__ or (m.group(1) is None and n in inside)):
-            found.add((str(path), n))
-    return found
+    """(resolved file, line) of every line marked as ``cls``'s defect."""
+    return {(str(REPO / file), line) for file, line in defect_lines(cls)}
 
 
 def line_of(module, text: str) -> tuple[str, int]:

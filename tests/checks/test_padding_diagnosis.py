@@ -5,7 +5,6 @@ passes the wrong keys and values. Every expected location is a line the model's 
 from __future__ import annotations
 
 import linecache
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import result
+from locations import defect_lines
 from reference_model import broken
 from reference_model.attention import MultiHeadAttention
 from reference_model.layers import DecoderLayer, EncoderLayer
@@ -20,9 +20,6 @@ from reference_model.models import Seq2SeqTransformer, TransformerEncoder
 from snapshot import REPO
 from tfcheck import Status
 from tfcheck.probe.padding_trace import PaddingTrace, blame
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_locations import defect_lines  # noqa: E402
 
 PADDING, CROSS = "mask.padding", "cross.dependence"
 

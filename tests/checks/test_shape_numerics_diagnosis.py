@@ -4,18 +4,15 @@ the stored snapshots); and a constant passed down into a shared helper is locate
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 
 import pytest
 
+from locations import defect_lines
 from reference_model import broken
 from snapshot import REPO
 from tfcheck.checks.numerics import value_origin
 from tfcheck.report.status import Status
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_locations import defect_lines  # noqa: E402
 
 #: The checks this diagnosis covers; the variants are the gallery's, chosen by the check they expect.
 CHECKS = ("forward.smoke", "shape.contract", "shape.residual", "attention.heads", "decode.cache", "attention.scale",

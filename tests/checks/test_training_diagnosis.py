@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,11 @@ import torch.nn as nn
 
 import zoo_training as zt
 from helpers import result
+from locations import defect_lines
 from reference_model import broken
 from snapshot import REPO
 from tfcheck import Status
 from tfcheck.model.construction_sites import INSTANCE_REASON
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_locations import defect_lines  # noqa: E402
 
 TRAINING_VARIANTS = [v for v in broken.VARIANTS if v.__tfcheck_expect__["check"] in (
     "train.grad_flow", "train.overfit_batch", "train.loss_at_init", "train.target_leak", "norm.placement",

@@ -7,45 +7,20 @@ the gallery is not run a third time. The fields are compared, never rendered tex
 """
 from __future__ import annotations
 
-import inspect
 import json
-import re
-from pathlib import Path
 
 import pytest
 
-from locations import unlocated
+from locations import at, defect_lines, unlocated
 from reference_model import broken
-from snapshot import REPO, STORE
+from snapshot import STORE
 from tfcheck.report.findings import Finding
 from tfcheck.report.status import Status
-
-MARK = re.compile(r"#\s*tfcheck:\s*defect(?:\((\w+)\))?")
 
 
 def _findings(variant) -> list[Finding]:
     data = json.loads((STORE / f"broken-{variant.__name__}.json").read_text())
     return [Finding.from_dict(f) for m in data["models"] for c in m["checks"] for f in c["findings"]]
-
-
-def _repo_relative(file: str | None) -> str | None:
-    if not file:
-        return None
-    return str(Path(file.replace("<repo>/", "")).resolve().relative_to(REPO)) if file.startswith("<repo>") \
-        else str(Path(file)) if not Path(file).is_absolute() else str(Path(file).resolve().relative_to(REPO))
-
-
-def defect_lines(variant) -> set[tuple[str, int]]:
-    """(repo-relative file, line) of every line marked as ``variant``'s defect."""
-    path = Path(inspect.getsourcefile(variant)).resolve()
-    lines, start = inspect.getsourcelines(variant)
-    inside = range(start, start + len(lines))
-    marked = set()
-    for n, text in enumerate(path.read_text().splitlines(), 1):
-        m = MARK.search(text)
-        if m and (m.group(1) == variant.__name__ or (m.group(1) is None and n in inside)):
-            marked.add((str(path.relative_to(REPO)), n))
-    return marked
 
 
 @pytest.mark.parametrize("variant", broken.VARIANTS, ids=lambda v: v.__name__)
@@ -61,7 +36,7 @@ def test_the_expected_finding_points_at_the_defect_line(variant):
     assert marked, f"{variant.__name__}: mark the line of its defect with '# tfcheck: defect'"
     found = [f for f in _findings(variant) if f.check == expect["check"] and f.status is status]
     assert found, f"{variant.__name__}: no {status.value} from {expect['check']} in its snapshot"
-    pointed = {(_repo_relative(f.location.file), f.location.line) for f in found if f.location}
+    pointed = {at(f.location) for f in found if f.location}
     assert pointed & marked, (f"{variant.__name__}: {expect['check']} points at {sorted(map(str, pointed))}; "
                               f"the defect is at {sorted(marked)}")
 
