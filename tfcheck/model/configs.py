@@ -23,7 +23,7 @@ from typing import Any
 from tfcheck.errors import SpecError
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_values, is_unset, plan, quantity
+from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_layouts, hugging_face_values, is_unset, plan, quantity
 from tfcheck.model.user_code import user_code
 
 #: A required field (no default).
@@ -328,7 +328,10 @@ def _hugging_face(origin: Any, cls: type, given: Mapping[str, Any], shrink: bool
     # what the family needs beyond the sizes to build and run: top-k routing within the experts left, a causal-LM
     # head's is_decoder switch on (Reformer's LM head refuses to build without it, RoBERTa's runs bidirectional)
     small.update(hugging_face_values(getattr(origin, "__name__", ""), _defaults(cls), small, given))
-    arguments = {**small, **{k: to_config_object(v) for k, v in given.items()}}
+    objects = {k: to_config_object(v) for k, v in given.items()}
+    if shrink:  # a hybrid model's every kind of layer, mrope sections within the small heads
+        small.update(hugging_face_layouts(cls, init_names, {**small, **objects}, given))
+    arguments = {**small, **objects}
     try:
         cls(**copy.deepcopy(arguments))
     except Exception as exc:  # noqa: BLE001 - the config's own validation, said as it is

@@ -53,6 +53,25 @@ AXIAL_SHAPE = ("axial_pos_shape",)
 #: and the switch that keeps the first (CLS) position out of the pooling: the shortest length they accept.
 POOLING_BLOCKS = ("block_sizes",)
 SEPARATE_CLS = ("separate_cls",)
+#: Per-layer patterns of hybrid models (a kind per layer, or a unit the config repeats over the layers): a default
+#: derived from the layer count loses its rarer kinds when the count is shrunk (Qwen3-Next's one attention layer
+#: in four), so the small config states every kind. layer_types is also the view that says which kinds there are.
+#: (mlp_layer_types is no such pattern here: its sparse layers bring in routing groups the small experts do not
+#: fill, BailingHybrid's n_group = 8 over 4 experts.)
+LAYER_PATTERNS = ("layer_types", "block_types", "layers_block_type")
+LAYER_KINDS_VIEW = "layer_types"
+#: (period, offset) pairs that place a kind of layer at i % period == offset (Jamba's attention and experts).
+LAYER_PERIODS = (("attn_layer_period", "attn_layer_offset"), ("expert_layer_period", "expert_layer_offset"))
+#: Lists of the layer indices that hold a kind of layer.
+LAYER_INDICES = ("attn_layer_indices", "full_attn_idxs")
+#: Multimodal rotary embedding: the config's rope dicts split the rotary frequencies into temporal / height /
+#: width sections (mrope_section, summing to the rotary width / 2, which partial_rotary_factor narrows). A config
+#: that names mrope_section among its rope keys but leaves it unset gets the modeling code's fallback, Qwen2-VL's
+#: 16 / 24 / 24 (GLM-4V's 8 / 12 / 12 keeps the proportions).
+ROPE_DICTS = ("rope_parameters", "rope_scaling")
+MROPE_SECTION = "mrope_section"
+MROPE_FALLBACK = (16, 24, 24)
+PARTIAL_ROTARY = "partial_rotary_factor"
 BOS_TOKEN_ID = ("bos_token_id",)
 EOS_TOKEN_ID = ("eos_token_id",)
 

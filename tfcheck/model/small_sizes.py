@@ -7,9 +7,11 @@ patterns); ``quantity`` says which. Plain data and arithmetic: importing it impo
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from tfcheck.model import names
@@ -250,3 +252,87 @@ def _kv_heads(kv: int, heads: int, original_heads: Any) -> int:
 def changes_text(shrunk: Mapping[str, tuple[Any, Any]]) -> str:
     """d_model 512→32, N 6→2: the report's line of what was shrunk."""
     return ", ".join(f"{n} {a!r}→{b!r}" for n, (a, b) in shrunk.items())
+
+
+def hugging_face_layouts(build: Callable[..., Any], fields: Iterable[str], values: Mapping[str, Any],
+                         given: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Hugging Face config built by ``build`` from ``values`` (its small values and the user's) needs so
+    that the small model keeps the layout the defaults describe: every kind of layer of a hybrid model (an
+    attention layer beside the linear-attention ones, which the cache's get_seq_length reads), and mrope
+    sections that split the small rotary width. ``fields``: the names the config's __init__ takes."""
+    free = set(fields) - set(given)
+    try:
+        default = build()
+    except Exception:  # noqa: BLE001 - a config that refuses is reported by its caller, with its own message
+        return {}
+    try:
+        small = build(**copy.deepcopy(values))  # a config may rewrite a rope dict in place
+    except Exception:  # noqa: BLE001 - Zamba2 refuses its default 54-layer pattern beside 2 layers
+        return _layer_kinds(default, SimpleNamespace(**values), free)
+    out = _layer_kinds(default, small, free)
+    out.update(_mrope(type(small), small, free))
+    return out
+
+
+def _kinds(pattern: Any) -> list[Any]:
+    """The distinct kinds of a per-layer pattern, in order of first appearance (the first layer's kind first)."""
+    return list(dict.fromkeys(pattern)) if isinstance(pattern, (list, tuple)) else []
+
+
+def _layer_kinds(default: Any, small: Any, free: set[str]) -> dict[str, Any]:
+    view = names.LAYER_KINDS_VIEW
+    if set(_kinds(getattr(default, view, None))) <= set(_kinds(getattr(small, view, None))):
+        return {}
+    out: dict[str, Any] = {}
+    layer_names = [n for n in names.NUM_LAYERS if _int(getattr(small, n, None))]
+    kinds = {n: _kinds(getattr(default, n, None)) for n in names.LAYER_PATTERNS if n in free}
+    count = max([getattr(small, n) for n in layer_names] + [len(k) for k in kinds.values()], default=0)
+    # a layer per kind at least (Lfm3 mixes convolutions, sliding and full attention), the user's count kept
+    out.update({n: count for n in layer_names if n in free and getattr(small, n) < count})
+    out.update({n: (k * count)[:count] for n, k in kinds.items() if k})
+    for period, offset in names.LAYER_PERIODS:
+        p: Any = getattr(default, period, None)
+        o: Any = getattr(default, offset, None)
+        if {period, offset} <= free and _int(p) and _int(o) and o >= count > 0:
+            # the kind at the offset stays after the kinds before it (Jamba: mamba, then attention)
+            out[period] = min(p, count)
+            out[offset] = min(o, out[period] - 1)
+    for n in names.LAYER_INDICES:
+        indices = getattr(default, n, None)
+        if n in free and isinstance(indices, (list, tuple)) and indices and all(_int(i) for i in indices):
+            inside = [i for i in indices if i < count] or [count - 1]
+            if inside != list(indices):
+                out[n] = inside
+    return out
+
+
+def _mrope(cls: type, small: Any, free: set[str]) -> dict[str, Any]:
+    """mrope sections summing to the small rotary width / 2, in the proportions of the config's own sections
+    (or of the modeling code's fallback, for a config that names the key but leaves it unset)."""
+    heads = getattr(small, "num_attention_heads", None)
+    head_dim = getattr(small, "head_dim", None) or (
+        small.hidden_size // heads if _int(getattr(small, "hidden_size", None)) and _int(heads) and heads else None)
+    out: dict[str, Any] = {}
+    for n in names.ROPE_DICTS:
+        rope = getattr(small, n, None)
+        if n not in free or not isinstance(rope, Mapping) or not _int(head_dim):
+            continue
+        sections = rope.get(names.MROPE_SECTION)
+        if sections is None and names.MROPE_SECTION in getattr(cls, "ignore_keys_at_rope_validation", ()):
+            sections = names.MROPE_FALLBACK
+        total = int(head_dim * rope.get(names.PARTIAL_ROTARY, 1.0)) // 2
+        if isinstance(sections, (list, tuple)) and sections and all(_int(s) for s in sections) \
+                and sum(sections) != total:
+            out[n] = {**rope, names.MROPE_SECTION: _proportional(list(sections), total)}
+    return out
+
+
+def _proportional(parts: list[int], total: int) -> list[int]:
+    """``parts`` scaled to sum to ``total`` (largest remainders first), each at least 1 where total allows it:
+    a section of none drops a position axis, so each keeps one frequency while there are enough."""
+    floor = 1 if total >= len(parts) else 0
+    exact = [p * (total - floor * len(parts)) / sum(parts) for p in parts]
+    scaled = [floor + int(e) for e in exact]
+    for i in sorted(range(len(parts)), key=lambda i: int(exact[i]) - exact[i])[:total - sum(scaled)]:
+        scaled[i] += 1
+    return scaled
