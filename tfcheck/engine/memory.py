@@ -55,7 +55,10 @@ def shape_of(subject: Subject) -> ModelShape:
     def first(candidates: tuple[str, ...], default: int) -> int:
         for holder in (config, model):
             for name in candidates:
-                value = getattr(holder, name, None)
+                try:
+                    value = getattr(holder, name, None)
+                except Exception:  # noqa: BLE001 - a heterogeneous HF config refuses a global per-layer read
+                    continue
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     return value
         return default

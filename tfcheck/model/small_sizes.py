@@ -268,10 +268,19 @@ def hugging_face_layouts(build: Callable[..., Any], fields: Iterable[str], value
     try:
         small = build(**copy.deepcopy(values))  # a config may rewrite a rope dict in place
     except Exception:  # noqa: BLE001 - Zamba2 refuses its default 54-layer pattern beside 2 layers
-        return _layer_kinds(default, SimpleNamespace(**values), free)
-    out = _layer_kinds(default, small, free)
-    out.update(_mrope(type(small), small, free))
+        return _readable(lambda: _layer_kinds(default, SimpleNamespace(**values), free))
+    out = _readable(lambda: _layer_kinds(default, small, free))
+    out.update(_readable(lambda: _mrope(type(small), small, free)))
     return out
+
+
+def _readable(adjust: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """An adjustment read from a config, or none when the config refuses to be read: a heterogeneous config
+    (Gemma 4's per-layer head_dim) raises on a global attribute, and is then built with its values as they are."""
+    try:
+        return adjust()
+    except Exception:  # noqa: BLE001 - transformers' AmbiguousGlobalPerLayerAttributeError, and the like
+        return {}
 
 
 def _kinds(pattern: Any) -> list[Any]:
