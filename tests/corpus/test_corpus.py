@@ -15,6 +15,7 @@ import torch.nn as nn
 from corpus import CORPUS, EXPLAINED, KNOWN_FALSE_ALARMS, REAL_BUGS, Member, expected
 
 import tfcheck
+from helpers import pre_hook_kwargs
 from tfcheck import Status
 from tfcheck.model.spec import load
 
@@ -74,16 +75,8 @@ def causal_off(kind: str) -> Callable[[nn.Module], None]:
     return inject
 
 
-def _pre_hook_kwargs(module: nn.Module, change: Callable[[dict], None]) -> None:
-    def hook(mod, args, kwargs):
-        kwargs = dict(kwargs)
-        change(kwargs)
-        return args, kwargs
-    module.register_forward_pre_hook(hook, with_kwargs=True)
-
-
 def mask_dropped(model):
-    _pre_hook_kwargs(model, lambda kw: kw.update(mask=None))
+    pre_hook_kwargs(model, lambda kw: kw.update(mask=None))
 
 
 def batch_mixed(attribute: str) -> Callable[[nn.Module], None]:

@@ -16,6 +16,7 @@ import torch.nn as nn
 import tfcheck
 import zoo_families as zf
 from families import FAMILIES, Family, report_of
+from helpers import pre_hook_kwargs
 from tfcheck import Status
 from tfcheck.engine.runner import load_subject
 
@@ -80,14 +81,6 @@ def test_an_unknown_hugging_face_family_says_which_declaration_settles_it():
 
 # ----- one defect each, caught ------------------------------------------------------------------------
 
-def _pre_hook_kwargs(module: nn.Module, change: Callable[[dict], None]) -> None:
-    def hook(mod, args, kwargs):
-        kwargs = dict(kwargs)
-        change(kwargs)
-        return args, kwargs
-    module.register_forward_pre_hook(hook, with_kwargs=True)
-
-
 def _mix_batch(dim: int = 0):
     """A forward hook that adds the batch mean to the output (the first tensor of a tuple)."""
     def hook(mod, args, output):
@@ -101,16 +94,16 @@ def drop_gpt2_causal_mask(model):
     for module in model.modules():
         if type(module).__name__ == "GPT2Attention":
             module.is_causal = False
-            _pre_hook_kwargs(module, lambda kw: kw.update(attention_mask=None))
+            pre_hook_kwargs(module, lambda kw: kw.update(attention_mask=None))
 
 
 def invert_attention_mask(model):
-    _pre_hook_kwargs(model, lambda kw: kw.update(attention_mask=1 - kw["attention_mask"])
+    pre_hook_kwargs(model, lambda kw: kw.update(attention_mask=1 - kw["attention_mask"])
                      if kw.get("attention_mask") is not None else None)
 
 
 def drop_attention_mask(model):
-    _pre_hook_kwargs(model, lambda kw: kw.update(attention_mask=None))
+    pre_hook_kwargs(model, lambda kw: kw.update(attention_mask=None))
 
 
 def unscale_distilbert(model):
@@ -124,12 +117,12 @@ def mix_llama_batch(model):
 
 
 def t5_decoder_ignores_source(model):
-    _pre_hook_kwargs(model.decoder, lambda kw: kw.update(encoder_hidden_states=torch.zeros_like(
+    pre_hook_kwargs(model.decoder, lambda kw: kw.update(encoder_hidden_states=torch.zeros_like(
         kw["encoder_hidden_states"])))
 
 
 def drop_torch_tgt_mask(model):
-    _pre_hook_kwargs(model.decoder, lambda kw: kw.update(tgt_mask=None, tgt_is_causal=False))
+    pre_hook_kwargs(model.decoder, lambda kw: kw.update(tgt_mask=None, tgt_is_causal=False))
 
 
 def mix_seq_first_batch(model):
@@ -139,7 +132,7 @@ def mix_seq_first_batch(model):
 
 
 def invert_src_key_padding_mask(model):
-    _pre_hook_kwargs(model.transformer_encoder, lambda kw: kw.update(src_key_padding_mask=~kw["src_key_padding_mask"])
+    pre_hook_kwargs(model.transformer_encoder, lambda kw: kw.update(src_key_padding_mask=~kw["src_key_padding_mask"])
                      if kw.get("src_key_padding_mask") is not None else None)
 
 
@@ -147,7 +140,7 @@ def shift_causal_mask(model):
     def shifted(kw):
         n = kw["mask"].shape[-1]
         kw.update(mask=torch.full((n, n), float("-inf")).triu(2), is_causal=False)
-    _pre_hook_kwargs(model.transformer_encoder, shifted)
+    pre_hook_kwargs(model.transformer_encoder, shifted)
 
 
 def mix_mha_batch(model):
@@ -161,7 +154,7 @@ def drop_x_causal_mask(model):
 
 
 def drop_x_mask(model):
-    _pre_hook_kwargs(model, lambda kw: kw.update(mask=None))
+    pre_hook_kwargs(model, lambda kw: kw.update(mask=None))
 
 
 def nanogpt_mean_over_sequence(model):

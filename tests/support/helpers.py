@@ -1,6 +1,8 @@
 """What the check tests share: one check's result on one model, and torch.nn Transformers used as documented."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.nn as nn
 
 import tfcheck
@@ -24,3 +26,13 @@ def nn_encoder():
 def nn_transformer():
     return nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
                           batch_first=True)
+
+
+def pre_hook_kwargs(module: nn.Module, change: Callable[[dict], None]) -> None:
+    """Inject a defect into a third-party model without copying its code: ``change`` edits the keyword arguments
+    ``module`` is called with (a mask dropped, inverted, shifted)."""
+    def hook(mod, args, kwargs):
+        kwargs = dict(kwargs)
+        change(kwargs)
+        return args, kwargs
+    module.register_forward_pre_hook(hook, with_kwargs=True)
