@@ -106,7 +106,7 @@ class Observer:
         return self.observed
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        if event.phase != "forward" or event.level != "function":
+        if not event.model_forward:
             return
         try:
             self.observe(event, args, kwargs, out)

@@ -91,13 +91,15 @@ def innermost_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 
 def called_by_tfcheck(skip: int = 1) -> bool:
-    """Whether the code ``skip`` frames above the caller, past torch's own Python wrappers, is tfcheck's: an op a
-    probe's hook runs (the noise it adds to an embedding), not one of the model's."""
+    """Whether the op called ``skip`` frames above the caller was called by tfcheck's own code (the noise a probe's
+    hook adds to an embedding), not by the model: its direct caller, past the Tensor methods torch writes in Python
+    (``torch/_tensor.py``), is tfcheck's. Not further: a torch.nn model's ops are called by torch's modules, which
+    tfcheck called, and they are the model's."""
     frame: FrameType | None = sys._getframe(skip + 1)
-    while frame is not None:
-        kind = _kind(frame.f_code.co_filename)
-        if kind != "other":
-            return kind == "tfcheck"
+    while frame is not None and frame.f_code.co_filename.endswith(_TENSOR_METHODS):
         frame = frame.f_back
-    return False
+    return frame is not None and _kind(frame.f_code.co_filename) == "tfcheck"
 
+
+#: Where torch writes Tensor methods in Python (``__rsub__``, ``__format__``): a caller's op passes through them.
+_TENSOR_METHODS = os.path.join("torch", "_tensor.py")

@@ -78,8 +78,8 @@ class LeakOrigin:
         self.tolerance = 0.0
 
     def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        if self.first is not None or event.level != "function" or event.phase != "forward" or event.file is None \
-                or event.by_tfcheck:  # the noise a probe's hook adds moves every position by design
+        # not model_forward: the noise a probe's hook adds moves every position by design
+        if self.first is not None or not event.model_forward or event.file is None:
             return
         for t in tensors_in(out):
             if self.skip(event, t):

@@ -121,7 +121,7 @@ class PaddingTrace:
         self._alive.append(t)  # no id is reused for another tensor while the trace reads ids
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        if event.phase != "forward" or event.level != "function" or event.by_tfcheck:
+        if not event.model_forward:
             return  # a probe hook's own ops (comparing an embedding's input with the tokens) build no mask
         try:
             self._observe(event, args, kwargs, out)

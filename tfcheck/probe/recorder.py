@@ -143,6 +143,12 @@ class OpEvent:
     by_tfcheck: bool = False  # called by tfcheck's own code (a probe's hook), not by the model
 
     @property
+    def model_forward(self) -> bool:
+        """A Python-level op of the model's own forward: what the observers that read a forward's structure see
+        (not the aten ops inside it, not the backward, not the ops a probe's hook runs)."""
+        return self.level == "function" and self.phase == "forward" and not self.by_tfcheck
+
+    @property
     def short_name(self) -> str:
         """'matmul', 'view', 'scaled_dot_product_attention', 'bmm' — what a reader calls the op."""
         name = self.name.split(".")[-2] if self.level == "aten" and self.name.count(".") >= 2 else self.name

@@ -57,3 +57,24 @@ def test_the_reshape_that_merges_heads_without_a_transpose_is_where_the_leak_is_
 def test_a_causal_attention_gives_no_origin():
     origin = _origin(CausalAttention(merge_with_transpose=True).eval())
     assert origin.first is None
+
+
+def test_a_torch_nn_models_ops_are_the_models_and_a_probe_hooks_ops_are_tfchecks():
+    # A torch.nn model's ops are called by torch's modules, which tfcheck calls: still the model's. The noise a
+    # probe's hook adds to an embedding is tfcheck's, whatever line the model called the embedding from.
+    from tfcheck.engine.context import CheckContext
+    from tfcheck.engine.runner import load_subject
+    from tfcheck.ui import leakmap
+
+    layer = nn.TransformerEncoderLayer(D, H, 16, dropout=0.0, batch_first=True)
+    ctx = CheckContext(load_subject(nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)))
+    _, recording = ctx.record((torch.randn(2, N, D),), {}, "a forward")
+    ops = [e for e in recording.ops if e.level == "function"]
+    assert ops and not any(e.by_tfcheck for e in ops)
+
+    embed = nn.Embedding(11, D)
+    tokens = torch.randint(0, 11, (2, N))
+    with Recorder(embed, aten=False) as recorder, leakmap.perturbed_embedding(embed, tokens, tokens > 5, 0):
+        embed(tokens)
+    made = {e.short_name: e.by_tfcheck for e in recorder.recording.ops if e.level == "function"}
+    assert made["embedding"] is False and made["randn"] is True

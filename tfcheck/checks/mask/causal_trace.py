@@ -107,7 +107,7 @@ class CausalTrace:
         return self.reader.sites
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        if event.phase != "forward" or event.level != "function" or event.by_tfcheck:
+        if not event.model_forward:
             return
         try:
             self._observe(event, args, kwargs, out)
