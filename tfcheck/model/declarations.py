@@ -26,6 +26,9 @@ CAUSAL_MASK_LAYOUTS = {"ss": "(length, length)", "bss": "(batch, length, length)
                        "b1ss": "(batch, 1, length, length)"}
 #: How the model lays out its sequences: batch first (batch, length, ...) or torch's (length, batch, ...).
 SEQUENCE_LAYOUTS = ("batch_first", "seq_first")
+#: Who shifts the labels of a model's own loss: the model (labels = the input ids) or its caller (labels[t] is
+#: the target of logits[t], already token t + 1).
+LABEL_SHIFTS = ("inside", "caller")
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,12 @@ def _causal_mask(v: Any) -> MaskSpec:
 def _sequence_layout(v: Any) -> str:
     if v not in SEQUENCE_LAYOUTS:
         raise ValueError(f"expected one of {', '.join(SEQUENCE_LAYOUTS)}")
+    return str(v)
+
+
+def _label_shift(v: Any) -> str:
+    if v not in LABEL_SHIFTS:
+        raise ValueError(f"expected one of {', '.join(LABEL_SHIFTS)}")
     return str(v)
 
 
@@ -301,6 +310,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "The precision the model trains in; fp16 / bf16 also opt in to a run under autocast.", _precision),
     Key("train_steps", "INT", "The step budget of the training checks (overfitting one batch and the like).",
         _positive_int),
+    Key("label_shift", "inside | caller",
+        "Who shifts the labels of the model's own loss (forward(..., labels)): inside, the model (labels are the "
+        "input ids, as GPT-2's); caller, the caller (labels[t] is the target of logits[t], already token t + 1, as "
+        "BART's *ForCausalLM and nanoGPT's targets).", _label_shift),
     Key("name", "NAME",
         "A name for a [[tool.tfcheck.models]] entry, so that one spec can be listed twice (one class at two "
         "sizes, each with its kwargs): the test id becomes tfcheck[NAME] and the report names SPEC[NAME].",

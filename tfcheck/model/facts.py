@@ -37,6 +37,9 @@ class Facts:
     #: MaskSpec(None, "none") when the model builds its own or has none
     causal_mask: MaskSpec | None = None
     head: str | None = None  # a submodule forward does not call that maps its states to logits
+    #: who shifts the labels of the model's own loss, "inside" or "caller", where declared or documented (None:
+    #: the label argument's name decides, tfcheck.model.label_convention)
+    label_shift: str | None = None
     #: the largest length the model's position tables hold, found in the trial forward (None: none found)
     capacity: int | None = None
     #: the longest probe the memory budget allows, when shorter than the default probes (tfcheck.engine.memory)

@@ -17,6 +17,7 @@ from tfcheck.errors import SpecError
 from tfcheck.model import declarations as decl
 from tfcheck.model.call_plan import plan_calls
 from tfcheck.model.inputs import min_length
+from tfcheck.model.label_convention import settle as settle_label_shift
 from tfcheck.model.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
@@ -96,6 +97,7 @@ class _Resolver:
         self.from_config("d_model", embedding_attr="embedding_dim")
         self.min_len()
         self.causal()
+        settle_label_shift(self.s)
         self.mask()
         self.causal_mask()
         self.declared_head()
@@ -109,8 +111,7 @@ class _Resolver:
             return
         for rule in (self._kind_from_hf_config, self._kind_from_hf_class, self._kind_from_torch_class,
                      self._kind_from_signature, self._kind_from_causal_attribute, self._kind_from_generate):
-            found = rule()
-            if found is not None:
+            if (found := rule()) is not None:
                 return self.set("kind", *found)
         if self.config is not None and getattr(self.config, "model_type", None):
             return self.set("kind", None, f"unknown: config.model_type = {self.config.model_type!r} is no family "
@@ -128,6 +129,8 @@ class _Resolver:
             return "seq2seq", "config.is_encoder_decoder = True"
         if getattr(cfg, "is_decoder", False) is True:
             return "decoder", "config.is_decoder = True" + self.s.loaded.set_by_tfcheck("is_decoder")
+        if isinstance(getattr(cfg, "causal", None), bool):  # XLM's switch: False (its default) is a masked LM
+            return ("decoder" if cfg.causal else "encoder"), f"config.causal = {cfg.causal}"
         family = HF_FAMILIES.get(str(getattr(cfg, "model_type", "")))
         if family is not None:
             return family, f"config.model_type = {cfg.model_type!r} (model family: {family})"
@@ -162,11 +165,9 @@ class _Resolver:
 
     def _kind_from_causal_attribute(self) -> tuple[str, str] | None:
         """A bool ``causal`` on the model or its layer stack (x-transformers' Decoder / Encoder set it)."""
-        found = causal_attribute(self.model)
-        if found is None:
+        if (found := causal_attribute(self.model)) is None:
             return None
-        where, causal = found
-        return ("decoder", f"{where} = True") if causal else ("encoder", f"{where} = False")
+        return ("decoder" if found[1] else "encoder"), f"{found[0]} = {found[1]}"
 
     def _kind_from_torch_class(self) -> tuple[str, str] | None:
         if isinstance(self.model, (nn.TransformerEncoder, nn.TransformerEncoderLayer)):
@@ -177,9 +178,8 @@ class _Resolver:
     def _kind_from_generate(self) -> tuple[str, str] | None:
         """nanoGPT and minGPT: a token model with its own generate() loop is an autoregressive LM. (Hugging
         Face's generate comes with every generative head, so their configs decide instead.)"""
-        if library_of(self.model) == "transformers" or not callable(getattr(self.model, "generate", None)):
-            return None
-        if first_embedding(self.model) is None:
+        if library_of(self.model) == "transformers" or not callable(getattr(self.model, "generate", None)) \
+                or first_embedding(self.model) is None:
             return None
         return "decoder", (f"{type(self.model).__name__} has a generate() method (an autoregressive LM, as "
                            "nanoGPT's GPT). Declare kind=encoder if not")

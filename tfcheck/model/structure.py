@@ -63,12 +63,13 @@ def first_linear(model: nn.Module) -> tuple[str, nn.Linear] | None:
 
 
 def causal_attribute(model: nn.Module) -> tuple[str, bool] | None:
-    """A bool ``causal`` on the model, or on the layer stack it wraps (x-transformers' ``attn_layers``)."""
-    for path in ("", "attn_layers"):
+    """A bool ``causal`` on the model's config (XLM's, whose layers read it), on the model, or on the layer stack
+    it wraps (x-transformers' ``attn_layers``), and where it was read."""
+    for path, where in (("config", "config.causal"), ("", "model.causal"), ("attn_layers", "model.attn_layers.causal")):
         holder = getattr(model, path, None) if path else model
         value = getattr(holder, "causal", None) if holder is not None else None
         if isinstance(value, bool):
-            return f"model.{path + '.' if path else ''}causal", value
+            return where, value
     return None
 
 

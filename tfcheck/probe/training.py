@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 from tfcheck.model.inputs import batch_length
+from tfcheck.model.label_convention import LABEL_ARGS
 from tfcheck.model.memory_limits import Limit
 from tfcheck.model.sizing import human
 from tfcheck.report.findings import Location
@@ -33,10 +34,6 @@ TRAIN_BATCH, TRAIN_LENGTH = 4, 8
 #: Adam's rate in the training checks: high enough that a few dozen steps memorise one small batch, low
 #: enough to stay stable on tiny models. The checks test the wiring, not the user's rate (lr.warmup does).
 CHECK_LR = 1e-2
-#: Forward arguments through which a model computes its own loss, and who shifts the targets: Hugging
-#: Face ``labels`` are aligned with the inputs and shifted inside the model; nanoGPT / minGPT ``targets``
-#: are the next tokens, shifted by the caller.
-LABEL_ARGS = {"labels": "inside", "lm_labels": "inside", "targets": "caller"}
 
 
 class CannotCopy(Exception):
@@ -116,17 +113,22 @@ def output_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(output.float(), target.float())
 
 
+def loss_outputs(raw: Any) -> list[torch.Tensor]:
+    """The outputs random_projection_loss reads: every float tensor of the return value that requires grad."""
+    return [t for t in tree_flatten(_as_tree(raw))[0]
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+
+
 def random_projection_loss(raw: Any, seed: int = 0) -> tuple[torch.Tensor | None, int]:
     """A scalar that depends on every float output: each projected on fixed random weights. A plain sum
     would not do: the features of a LayerNorm output sum to its bias, so nothing before it gets a gradient."""
     gen = torch.Generator().manual_seed(seed)
     total, used = None, 0
-    for t in tree_flatten(_as_tree(raw))[0]:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
-            weights = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
-            term = (t * weights).sum() / max(t.numel() ** 0.5, 1.0)
-            total = term if total is None else total + term
-            used += 1
+    for t in loss_outputs(raw):
+        weights = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
+        term = (t * weights).sum() / max(t.numel() ** 0.5, 1.0)
+        total = term if total is None else total + term
+        used += 1
     return total, used
 
 
@@ -158,11 +160,17 @@ def own_loss(raw: Any) -> torch.Tensor | None:
 class LabelArgument:
     name: str
     shifted_by: str  # "inside" (Hugging Face labels) or "caller" (nanoGPT targets)
+    #: where who shifts was stated (a declaration, the forward's docstring); None: read from the argument's name
+    stated_by: str | None = None
 
     def describe(self, subject=None) -> str:
         if subject is not None and takes_target(subject):
             return (f"'{self.name}' given as the next tokens of the decoder input tfcheck passes (nothing left to "
                     "shift)")
+        if self.stated_by is not None:
+            given = "the input tokens, shifted inside the model" if self.shifted_by == "inside" else \
+                "the next tokens (label t = token t + 1), which the model does not shift"
+            return f"'{self.name}' given as {given} (label_shift={self.shifted_by}: {self.stated_by})"
         if self.shifted_by == "inside":
             return (f"'{self.name}' taken as Hugging Face labels: the same tokens as the input, shifted inside "
                     "the model")
@@ -170,16 +178,20 @@ class LabelArgument:
 
 
 def label_argument(subject) -> LabelArgument | None:
-    """The forward argument through which the model computes its own loss, by its name."""
+    """The forward argument through which the model computes its own loss, by its name, and who shifts it: as
+    declared or documented (facts.label_shift), else as the argument's name says."""
     if subject.facts.inputs is not None or subject.kind == "attention" or subject.facts.takes_features:
         return None
     try:
         names = inspect.signature(subject.model.forward).parameters
     except (TypeError, ValueError):
         return None
+    stated = subject.facts.label_shift
     for name, shifted_by in LABEL_ARGS.items():
         if name in names:
-            return LabelArgument(name, shifted_by)
+            if stated is None:
+                return LabelArgument(name, shifted_by)
+            return LabelArgument(name, stated, subject.facts.sources.get("label_shift"))
     return None
 
 
@@ -204,6 +216,19 @@ def labelled_inputs(subject, label: LabelArgument, batch: int, length: int,
     else:
         tokens = subject.random_tokens(batch, length, gen)
         labels = tokens
+    args, kwargs = subject.inputs_for(tokens)
+    return args, {**kwargs, label.name: labels}
+
+
+def leaking_inputs(subject, label: LabelArgument, batch: int, length: int,
+                   gen: torch.Generator) -> tuple[tuple, dict]:
+    """Inputs whose labels give the answer away in the argument's convention: a loss that keeps it scores
+    position t's logits against token t itself (for a decoder-only model; an encoder-decoder's labels are the
+    decoder input's next tokens whatever the convention)."""
+    tokens = subject.random_tokens(batch, length, gen)
+    labels = tokens.clone()
+    if label.shifted_by == "inside":  # the model scores logits[t] against labels[t + 1]: put token t there
+        labels[:, 1:] = tokens[:, :-1]
     args, kwargs = subject.inputs_for(tokens)
     return args, {**kwargs, label.name: labels}
 

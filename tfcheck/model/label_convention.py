@@ -1,0 +1,94 @@
+"""Who shifts the labels of a model that computes its own loss: the model itself (GPT-2's ``labels = input_ids``,
+scored as logits[t] against labels[t + 1]) or its caller (labels[t] is the target of logits[t], already token
+t + 1: nanoGPT's ``targets``, BART's ``*ForCausalLM``). Declared (``label_shift=inside|caller``), else read from
+the label argument's own documentation in the forward docstring, else the argument's name decides (LABEL_ARGS).
+
+It is never read from what train.target_leak measures: a loss that forgot to shift and a loss documented not to
+shift both learn to copy their input when given labels = input_ids. Only the model's own words tell a contract
+from a bug, so only they (or the user) move a model off the convention its argument's name implies.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import torch.nn as nn
+
+from tfcheck.model.structure import forward_params
+from tfcheck.report.report import Assumption
+
+if TYPE_CHECKING:
+    from tfcheck.model.subject import Subject
+
+#: Forward arguments through which a model computes its own loss, and who shifts them when nothing else says:
+#: Hugging Face ``labels`` are the input ids, shifted inside the model; nanoGPT / minGPT ``targets`` are the next
+#: tokens, shifted by the caller.
+LABEL_ARGS = {"labels": "inside", "lm_labels": "inside", "targets": "caller"}
+#: How a parameter's documentation says the model leaves its labels as given ("The labels are **not shifted**
+#: inside the model", read with the markdown emphasis dropped).
+NOT_SHIFTED = re.compile(r"\bnot\s+shifted\b", re.IGNORECASE)
+#: A sentence ends at '.', ';' or ':' followed by a space (not inside "[0, ..., config.vocab_size]").
+SENTENCE_END = re.compile(r"(?<=[.;:])\s+")
+
+
+def label_parameter(model: nn.Module) -> str | None:
+    """The forward argument, by its name, through which the model computes its own loss."""
+    params = forward_params(model)
+    return next((name for name in LABEL_ARGS if name in params), None)
+
+
+def parameter_doc(doc: str, name: str) -> str | None:
+    """The documentation of parameter ``name`` in a docstring, as one line: its header line (``labels (`...`):``,
+    ``labels: ...``, ``labels : Tensor``, ``:param labels: ...``) and the lines indented under it."""
+    header = re.compile(rf"(:param\s+)?{re.escape(name)}\s*[(:]")
+    lines = doc.expandtabs().splitlines()
+    for i, line in enumerate(lines):
+        text = line.lstrip()
+        if not header.match(text):
+            continue
+        indent = len(line) - len(text)
+        body = [text]
+        for following in lines[i + 1:]:
+            if following.strip() and len(following) - len(following.lstrip()) <= indent:
+                break
+            body.append(following.strip())
+        return " ".join(part for part in body if part)
+    return None
+
+
+def documented_shift(model: nn.Module) -> tuple[str, str] | None:
+    """("caller", where it is written) when the label argument's documentation in forward's own docstring says
+    the labels are not shifted; None when it says nothing of the kind. An overriding forward without a docstring
+    says nothing: the words of the forward it replaced describe another function."""
+    name = label_parameter(model)
+    forward = getattr(type(model), "forward", None)
+    doc = getattr(forward, "__doc__", None)
+    if name is None or not isinstance(doc, str):
+        return None
+    documented = parameter_doc(doc, name)
+    if documented is None:
+        return None
+    plain = documented.replace("*", "").replace("`", "")
+    sentence = next((s for s in SENTENCE_END.split(plain) if NOT_SHIFTED.search(s)), None)
+    if sentence is None:
+        return None
+    where = getattr(forward, "__qualname__", f"{type(model).__name__}.forward")
+    return "caller", f"{where} docstring: '{sentence.rstrip('.;:')}'"
+
+
+def settle(subject: Subject) -> None:
+    """The label convention declared, else where the model documents it: stated among the assumptions with its
+    declaration or the sentence it was read from; nothing where neither says it."""
+    declared = subject.declared.get("label_shift")
+    if declared is not None:
+        subject.facts.set("label_shift", declared.value, declared.source)
+        subject.assumptions.append(Assumption("label_shift", declared.value, declared.source))
+        return
+    found = documented_shift(subject.model)
+    if found is None:
+        return
+    shift, where = found
+    subject.facts.set("label_shift", shift, where)
+    subject.assumptions.append(Assumption(
+        "label_shift", shift, f"{where}: labels[t] is the target of logits[t], so tfcheck passes the next tokens as "
+        "labels and your training must too (declare label_shift=inside if the model shifts them)"))
