@@ -1,5 +1,5 @@
-"""The command line: ``tfcheck check [SPEC ...]``, ``tfcheck list``, ``tfcheck table``, ``tfcheck trace SPEC``,
-``tfcheck explain TEXT``.
+"""The command line: ``tfcheck check [SPEC ...]``, ``tfcheck list``, ``tfcheck table [ROW]``, ``tfcheck trace SPEC``,
+``tfcheck explain TEXT``, ``tfcheck help [TOPIC]``.
 
 Exit codes: 0 no failure; 1 a failure (or a warning under --strict); 2 bad usage or a model that cannot
 be loaded; 3 tfcheck itself broke.
@@ -24,7 +24,10 @@ EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tfcheck.version import __version__
+
     parser = argparse.ArgumentParser(prog="tfcheck", description="Diagnostics for Transformer implementations.")
+    parser.add_argument("--version", action="version", version=f"tfcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="run the battery on models (default: the bundled reference models)")
     check.add_argument("specs", nargs="*", metavar="SPEC", help="MODULE:ATTR or path/to/file.py:ATTR")
@@ -38,8 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--all", action="store_true", help="also every model in [[tool.tfcheck.models]]")
     check.add_argument("--format", choices=FORMATS, default="text",
                        help="github: also print a GitHub Actions ::error/::warning annotation per problem")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="every assumption with its source, full messages, the blocked checks, the evidence")
+    _color_option(check)
     sub.add_parser("list", help="list the checks and the declaration keys")
-    table = sub.add_parser("table", help="print the troubleshooting table")
+    table = sub.add_parser("table", help="print the troubleshooting table, or one row of it")
+    table.add_argument("row", nargs="?", metavar="ROW", help="a row id, e.g. mat1-mat2-shapes (default: every row)")
     table.add_argument("--lang", choices=("en", "zh"), default="en", help="language (zh: the source wording)")
     trace = sub.add_parser("trace", help="trace one forward: module calls and attention ops with their shapes")
     trace.add_argument("spec", metavar="SPEC", help="MODULE:ATTR or path/to/file.py:ATTR")
@@ -48,11 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--meta", action="store_true",
                        help="trace on the meta device: build and run without allocating (any size)")
     trace.add_argument("--json", metavar="PATH", help="write the trace as JSON to PATH")
+    trace.add_argument("--depth", type=_depth, metavar="N", help="show calls down to N levels below the model "
+                       "(1: its direct children); deeper calls are folded into a count (default: every call)")
+    _color_option(trace)
     explain = sub.add_parser("explain", help="explain an error message: its troubleshooting rows and what to look at")
     explain.add_argument("text", nargs="+", metavar="TEXT",
                          help="the error message or traceback ('-': read it from stdin)")
     explain.add_argument("--budget", metavar="SIZE",
                          help="memory that must suffice (e.g. 8GiB), for out-of-memory advice")
+    _color_option(explain)
+    guide = sub.add_parser("help", help="print a page of the user guide (no TOPIC: list the topics)")
+    guide.add_argument("topic", nargs="?", metavar="TOPIC", help="a topic, e.g. declarations")
     return parser
 
 
@@ -67,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             return _explain(args)
         if args.command == "trace":
             return _trace(args)
-        return _table(args.lang)
+        if args.command == "help":
+            return _help(args.topic)
+        return _table(args.row, args.lang)
     except TfcheckError as exc:
         print(f"tfcheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -133,7 +148,7 @@ def _check(args) -> int:
             print(f"tfcheck: interrupted; the {len(report.models)} model(s) checked before it are in {json_path}",
                   file=sys.stderr)
         raise
-    sys.stdout.write(render_text(report, width=_width(), color=sys.stdout.isatty()))
+    sys.stdout.write(render_text(report, width=_width(), color=use_color(args.color), verbose=args.verbose))
     if args.format == "github":
         from tfcheck.ui.annotations import github_annotations
 
@@ -189,8 +204,9 @@ def _trace(args) -> int:
     else:
         subject = load_subject(args.spec, cli, meta_ok=True)
     inputs, kwargs = subject.make_inputs(3, subject.probe_length())
-    trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, **kwargs)
-    sys.stdout.write(to_string(trace, width=_width(), color=sys.stdout.isatty()))
+    trace = trace_shapes(subject.model, *inputs, device="meta" if args.meta else None, depth=args.depth,
+                         forward_kwargs=kwargs)
+    sys.stdout.write(to_string(trace, width=_width(), color=use_color(args.color)))
     if args.json:
         write_report(writable_path(args.json, "--json"), trace.to_json(), "--json")
     return EXIT_OK if trace.ok else EXIT_FAIL
@@ -202,15 +218,65 @@ def _explain(args) -> int:
 
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
     explanation = explain_error(text, budget=args.budget)
-    sys.stdout.write(to_string(explanation, width=_width(), color=sys.stdout.isatty()))
+    sys.stdout.write(to_string(explanation, width=_width(), color=use_color(args.color)))
     return EXIT_OK if explanation.matched else EXIT_FAIL
 
 
-def _table(lang: str) -> int:
-    from tfcheck.ui.render import table_view, to_string
+def _table(row_id: str | None, lang: str) -> int:
+    from rich.text import Text
 
-    sys.stdout.write(to_string(table_view(lang), width=_width()))
+    from tfcheck.report import table
+    from tfcheck.ui.render import row_view, table_view, to_string
+
+    if row_id is None:
+        sys.stdout.write(to_string(table_view(lang), width=_width()))
+        return EXIT_OK
+    rows = table.rows()
+    if row_id not in rows:
+        import difflib
+
+        close = difflib.get_close_matches(row_id, rows, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UsageError(f"tfcheck table {row_id}: no troubleshooting row {row_id!r}{hint}; run `tfcheck table` "
+                         "to list them")
+    node = row_view(rows[row_id], lang)
+    node.add(Text("checks: " + (", ".join(rows[row_id].checks) or "-"), style="dim"))
+    node.add(Text("source: " + rows[row_id].source, style="dim"))
+    sys.stdout.write(to_string(node, width=_width()))
     return EXIT_OK
+
+
+def _help(topic: str | None) -> int:
+    from tfcheck.ui.help_pages import page_text, topics_text
+
+    sys.stdout.write(topics_text() if topic is None else page_text(topic))
+    return EXIT_OK
+
+
+def _depth(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a depth: give a whole number >= 0 (1: the model's "
+                                         "direct children)")
+    return int(text)
+
+
+def _color_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the output (auto: when stdout is a terminal, unless NO_COLOR is set; "
+                             "FORCE_COLOR=1 colours a pipe)")
+
+
+def use_color(choice: str = "auto") -> bool:
+    """--color, then NO_COLOR (https://no-color.org), then FORCE_COLOR, then whether stdout is a terminal."""
+    import os
+
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty()
 
 
 def _width() -> int:

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tfcheck.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, REFERENCE_SPECS, main
 
 
@@ -20,8 +22,8 @@ def test_check_with_no_spec_runs_the_bundled_reference_models(capsys, tmp_path):
 def test_a_failure_exits_1_and_prints_the_row(capsys):
     assert main(["check", "reference_model.broken:ResidualWidthMismatch"]) == EXIT_FAIL
     printed = capsys.readouterr().out
-    assert "troubleshooting [tensor-size-mismatch]" in printed
-    assert "The size of tensor a (32) must match the size of tensor b (64)" in printed
+    assert "row [tensor-size-mismatch]" in printed
+    assert "The size of tensor a (32) must match the size of tensor b (64)" in " ".join(printed.split())  # wrapped
 
 
 # Bad specs, declarations and --json paths: the table in test_reliability.py, for the CLI and the plugin.
@@ -61,3 +63,31 @@ def test_python_dash_m_and_exit_code_through_a_real_process():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == EXIT_FAIL, done.stderr
     assert "FAIL" in done.stdout
+
+
+@pytest.mark.parametrize("choice,env,tty,expected", [
+    ("always", {"NO_COLOR": "1"}, False, True), ("never", {"FORCE_COLOR": "1"}, True, False),
+    ("auto", {"NO_COLOR": "1", "FORCE_COLOR": "1"}, True, False), ("auto", {"FORCE_COLOR": "1"}, False, True),
+    ("auto", {}, True, True), ("auto", {}, False, False)])
+def test_colour_is_decided_by_the_option_then_no_color_then_force_color_then_the_terminal(
+        choice, env, tty, expected, monkeypatch):
+    from tfcheck.cli import use_color
+
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: tty)
+    assert use_color(choice) is expected
+
+
+def test_version_and_colour_in_the_report(capsys):
+    from tfcheck.version import __version__
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"tfcheck {__version__}"
+    main(["check", "reference_model:TransformerLM", "--only", "shape.contract", "--color", "always"])
+    coloured = capsys.readouterr().out
+    main(["check", "reference_model:TransformerLM", "--only", "shape.contract", "--color", "never"])
+    assert "\x1b[" in coloured and "\x1b[" not in capsys.readouterr().out

@@ -26,6 +26,7 @@ from tfcheck.report import root_cause
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption, CheckResult, ModelReport
 from tfcheck.report.status import Status
+from tfcheck.report.verdict import OVER_BUDGET
 
 T = TypeVar("T")
 
@@ -126,7 +127,7 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
             del done[chk_id]
             subject.assumptions.append(Assumption(NotApplicable.PREFIX, chk_id, why))
     results = [done[c.id] for c in all_checks() if c.id in done]
-    return root_cause.link(ModelReport(subject.spec, assumptions=subject.assumptions, results=results),
+    return root_cause.link(ModelReport(subject.spec, assumptions=subject.reported_assumptions(), results=results),
                            symptom_checks())
 
 
@@ -316,8 +317,6 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
     return findings
 
 
-#: The evidence key of a check stopped by its budget (and of the checks it blocks, for forward.smoke).
-OVER_BUDGET = "budget_s"
 
 
 def _over_budget(subject: Subject, chk: Check, over: BudgetExceeded) -> Finding:

@@ -7,6 +7,7 @@ methods here are the check author's short way to both.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,12 @@ class Subject:
     @property
     def spec(self) -> str:
         return self.loaded.spec
+
+    def reported_assumptions(self) -> list[Assumption]:
+        """The assumptions as the report shows them: each marked declared when its source is a declaration's (the
+        user said it), so the report can tell what tfcheck guessed."""
+        said = {d.source for d in self.declared.values()}
+        return [dataclasses.replace(a, declared=True) if a.source in said else a for a in self.assumptions]
 
     def source_of(self, key: str) -> str | None:
         """Where the fact ``key`` came from (a declaration, the config, a rule), as the report shows it."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from tfcheck.report.findings import Finding, to_jsonable
 from tfcheck.report.status import Status, worst
+from tfcheck.report.verdict import Verdict, verdict
 
 #: The statuses that are problems: what a root cause is chosen among.
 PROBLEMS = (Status.FAIL, Status.ERROR, Status.WARN)
@@ -23,9 +24,11 @@ class Assumption:
     key: str
     value: Any
     source: str
+    #: the user declared it (``__tfcheck__``, ``--set``, pyproject.toml, a keyword argument): not a guess
+    declared: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "value": to_jsonable(self.value), "source": self.source}
+        return {"key": self.key, "value": to_jsonable(self.value), "source": self.source, "declared": self.declared}
 
 
 @dataclass
@@ -73,7 +76,16 @@ class ModelReport:
 
     @property
     def status(self) -> Status:
-        return worst(r.status for r in self.results)
+        """The headline status (tfcheck.report.verdict): inconclusive checks beside passes head no SKIP."""
+        return self.verdict.status
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(self.results)
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.results)
 
     def result(self, check_id: str) -> CheckResult:
         for r in self.results:
@@ -89,12 +101,25 @@ class ModelReport:
         return {
             "spec": self.spec,
             "status": self.status.value,
+            "headline": self.verdict.headline,
+            "counts": self.verdict.to_dict(),
             "assumptions": [a.to_dict() for a in self.assumptions],
             # what to fix first: the checks with a problem that no other finding explains (report.root_cause)
             "root_causes": list(dict.fromkeys(f.check for f in self.findings()
                                               if f.status in PROBLEMS and f.explained_by is None)),
             "checks": [r.to_dict() for r in self.results],
         }
+
+    def __repr__(self) -> str:
+        """One line: ``<ModelReport reference_model:TransformerLM: PASS 20 passed, 0 warnings>``."""
+        text = f"{self.spec}: {self.verdict.headline} {self.verdict.counts_text()}"
+        return f"<ModelReport {' '.join(text.split())}>"  # a reason with a line break stays on the line
+
+    def __rich__(self):
+        return Report(models=[self]).__rich__()
+
+    def _repr_html_(self) -> str:  # a notebook shows the text report
+        return Report(models=[self])._repr_html_()
 
 
 @dataclass
@@ -127,3 +152,28 @@ class Report:
         from tfcheck.ui.render import render_text
 
         return render_text(self)
+
+    def __repr__(self) -> str:
+        """One line, whatever the number of models: ``<Report reference_model:TransformerLM: PASS 20 passed,
+        0 warnings>``; with several, the overall status and each model's headline (the first few)."""
+        shown_models = 3
+        lines = [" ".join(f"{m.spec}: {m.verdict.headline} {m.verdict.counts_text()}".split()) for m in self.models]
+        if len(lines) == 1:
+            return f"<Report {lines[0]}>"
+        if not lines:
+            return "<Report: no models>"
+        shown = "; ".join(lines[:shown_models]) + (f"; and {len(lines) - shown_models} more"
+                                                   if len(lines) > shown_models else "")
+        return f"<Report {self.status.value.upper()}, {len(lines)} models: {shown}>"
+
+    def __rich__(self):
+        from rich.text import Text
+
+        from tfcheck.ui.render import render_text
+
+        return Text.from_ansi(render_text(self, color=True).rstrip("\n"))
+
+    def _repr_html_(self) -> str:  # a notebook shows the text report
+        import html
+
+        return f"<pre>{html.escape(str(self))}</pre>"
