@@ -107,6 +107,7 @@ def _check(args) -> int:
     from tfcheck.model.project_config import find_pyproject, models_to_run
     from tfcheck.report.report import Report
     from tfcheck.report.status import Status
+    from tfcheck.ui.live import progress_line
     from tfcheck.ui.render import render_text
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
@@ -139,9 +140,10 @@ def _check(args) -> int:
     report = Report()
     try:
         for entry in runs:
-            subject = load_subject(entry.spec, decl.merge(cli, entry.declared))
-            subject.loaded.spec = entry.label  # one spec listed twice (two sizes) is told apart by its name
-            report.models.append(run_model(subject, only))
+            with progress_line(entry.label, shown=sys.stderr.isatty()):
+                subject = load_subject(entry.spec, decl.merge(cli, entry.declared))
+                subject.loaded.spec = entry.label  # one spec listed twice (two sizes) is told apart by its name
+                report.models.append(run_model(subject, only))
     except KeyboardInterrupt:
         if json_path is not None:  # what finished is still worth having: the models checked before Ctrl-C
             write_report(json_path, report.to_json(), "--json")

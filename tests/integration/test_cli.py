@@ -91,3 +91,16 @@ def test_version_and_colour_in_the_report(capsys):
     coloured = capsys.readouterr().out
     main(["check", "reference_model:TransformerLM", "--only", "shape.contract", "--color", "never"])
     assert "\x1b[" in coloured and "\x1b[" not in capsys.readouterr().out
+
+
+def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_drawn_when_piped(capsys):
+    import tfcheck
+    from tfcheck.engine import progress
+
+    with progress.watched("reference_model:TransformerLM") as state:
+        tfcheck.run_checks("reference_model:TransformerLM", only=["train.overfit_batch"])
+    assert state.check == "train.overfit_batch" and state.step == state.steps == 30
+    assert state.line().startswith("reference_model:TransformerLM  train.overfit_batch  step 30/30  ")
+    assert state.line().endswith(" s of 120 s")
+    assert main(["check", "reference_model:TransformerLM", "--only", "shape.contract"]) == EXIT_OK
+    assert capsys.readouterr().err == ""  # stderr is no terminal here: no progress line

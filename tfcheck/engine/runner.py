@@ -10,8 +10,9 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from tfcheck.engine import progress
 from tfcheck.engine.battery import all_checks
-from tfcheck.engine.budget import BudgetExceeded, time_budget
+from tfcheck.engine.budget import DEFAULT_BUDGET_S, BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.limits import InstrumentationLimit, found_not_applicable
@@ -186,13 +187,15 @@ def run_check(subject: Subject, chk: Check) -> CheckResult:
     leave the model as it was."""
     ctx = CheckContext(subject)
     start = time.perf_counter()
+    progress.check_started(chk.id, subject.facts.budget_s or DEFAULT_BUDGET_S)
     try:
-        findings = _guarded(subject, lambda: _findings(ctx, chk))
+        with subject.facts.reading() as read:
+            findings = _guarded(subject, lambda: _findings(ctx, chk))
     except _MoveFailed as failed:  # out of memory on the device, a device lost: the move is undone
         return CheckResult(chk.id, chk.title, [_move_failed(chk, str(subject.facts.device), failed.error)], ctx.cost,
                            time.perf_counter() - start)
     findings = [_accept(f, subject.accepted) for f in findings]
-    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start)
+    return CheckResult(chk.id, chk.title, findings, ctx.cost, time.perf_counter() - start, sorted(read))
 
 
 def settle_facts(subject: Subject) -> Trial | None:

@@ -5,8 +5,9 @@ model layer sets facts with :meth:`Facts.set`, which records the source the repo
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,26 @@ class Facts:
             raise AttributeError(f"no fact {name!r}; facts are: {', '.join(sorted(NAMES))}")
         setattr(self, name, value)
         self.sources[name] = source
+
+    def __getattribute__(self, name: str) -> Any:
+        # While a check runs, the facts it reads are noted: the report names the guessed ones beside its verdict.
+        reads = object.__getattribute__(self, "__dict__").get("_reads")
+        if reads is not None and name in NAMES:
+            reads.add(name)
+        return object.__getattribute__(self, name)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[set[str]]:
+        """Note the names of the facts read inside the block (nested blocks note into the outer set too)."""
+        outer = self.__dict__.get("_reads")
+        reads: set[str] = set()
+        self.__dict__["_reads"] = reads
+        try:
+            yield reads
+        finally:
+            self.__dict__["_reads"] = outer
+            if outer is not None:
+                outer |= reads
 
 
 NAMES = frozenset(f.name for f in dataclasses.fields(Facts)) - {"sources"}

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
+from tfcheck.engine import progress
 from tfcheck.model.inputs import batch_length
 from tfcheck.model.label_convention import LABEL_ARGS
 from tfcheck.model.memory_limits import Limit
@@ -327,6 +328,7 @@ def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[tor
         for (_, p), g in zip(named, grads):
             p.grad = None if g is None else g.detach()
         optimizer.step()
+        progress.step(step + 1, steps)
     with torch.no_grad():
         result.changed = any(not torch.equal(b, p) for b, (_, p) in zip(before, named))
     return result

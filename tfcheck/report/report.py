@@ -52,6 +52,8 @@ class CheckResult:
     findings: list[Finding]
     cost: Cost = field(default_factory=Cost)
     seconds: float = 0.0
+    #: the facts the check read while it ran (tfcheck.model.facts): the assumptions its verdict depends on
+    reads: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -65,6 +67,7 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "cost": self.cost.to_dict(),
             "seconds": round(self.seconds, 4),
+            "reads": list(self.reads),
         }
 
 

@@ -71,9 +71,11 @@ def model_lines(model: ModelReport, width: int, verbose: bool = False) -> list:
         blockers = sorted({str(f.evidence.get("blocked_by")) for r in blocked for f in r.findings})
         lines.append(Text(f"{'':{_STATUS_WIDTH}} {len(blocked)} checks blocked by {', '.join(blockers)} "
                           "(-v lists them)", style="dim"))
+    reads = {r.check: set(r.reads) for r in model.results}
     for f in in_cause_order([f for f in model.findings() if f.status in PROBLEMS]):
+        guessed = [a for a in model.assumptions if not a.declared and a.key in reads.get(f.check, ())]
         lines.append(Text(""))
-        lines.extend(problem_lines(f, model.assumptions, verbose))
+        lines.extend(problem_lines(f, guessed, verbose))
     lines.extend(_assumption_lines(model.assumptions, width, verbose))
     lines.append(Text.assemble(status_text(verdict.status), f" {verdict.counts_text()} in {seconds(model.seconds)}"))
     return lines
@@ -99,8 +101,9 @@ def _check_line(result, id_width: int, width: int, verbose: bool = False) -> Tex
                          (f" {seconds(result.seconds):>{_COST_WIDTH}}", "dim"))
 
 
-def problem_lines(f: Finding, assumptions: Iterable[Assumption] = (), verbose: bool = False) -> list:
-    """One problem: status and check, where it points, the message, what explains it, its row's fix."""
+def problem_lines(f: Finding, guessed: Iterable[Assumption] = (), verbose: bool = False) -> list:
+    """One problem: status and check, where it points, the message, the guesses its check read (``guessed``: the
+    assumptions not declared), what explains it, its row's fix."""
     lines: list = [Text.assemble(status_text(f.status), " ", (f.check, "bold"))]
     body: list = []
     if f.location is not None and (f.location.module is not None or f.location.file):
@@ -108,6 +111,9 @@ def problem_lines(f: Finding, assumptions: Iterable[Assumption] = (), verbose: b
         if f.location.reason and verbose:
             body.append(Text(f"no line: {f.location.reason}", style="dim"))
     body.append(Text(shorten_reprs(f.message)))
+    assumed = [_guess(a) for a in guessed]
+    if assumed:
+        body.append(Text("assumes (guessed, declare to change): " + ", ".join(assumed), style="bold"))
     if f.explained_by is not None:
         body.append(Text(f"explained by: {f.explained_by} (fix that first: this finding may go with it)",
                          style="bold"))

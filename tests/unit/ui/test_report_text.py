@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import tfcheck
 from tfcheck.ui.numbers import brief, seconds, shorten_reprs
@@ -72,3 +73,31 @@ def test_numbers_in_text_have_three_significant_figures():
     assert brief({"change": 2.0000001e-07, "dtype": "torch.float32", "n": 3}) == "{change: 2e-07, dtype: float32, n: 3}"
     assert [seconds(s) for s in (0.001, 0.037, 2.7, 42.42, 131.2)] == ["<0.01 s", "0.04 s", "2.70 s", "42.4 s",
                                                                         "131 s"]
+
+
+class GuessedDecoder(torch.nn.Module):
+    """A GPT whose causality tfcheck guesses (it has generate()), and whose attention has no mask at all."""
+
+    def __init__(self, vocab_size=50, d_model=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab_size, d_model)
+        self.attn = torch.nn.MultiheadAttention(d_model, 2, batch_first=True)
+        self.head = torch.nn.Linear(d_model, vocab_size)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        return self.head(x + self.attn(x, x, x, need_weights=False)[0])
+
+    def generate(self, idx):
+        return idx
+
+
+def test_a_failing_verdict_names_the_guesses_its_check_read_beside_it():
+    report = tfcheck.run_checks(GuessedDecoder, only=["mask.causal"])
+    result = report.models[0].result("mask.causal")
+    assert result.status is tfcheck.Status.FAIL and "causal" in result.reads
+    block = render_text(report, width=300).split("FAIL mask.causal\n")[1]
+    assumes = next(line for line in block.splitlines() if "assumes (guessed" in line)
+    assert "causal=True (" in assumes and "kind=decoder (" in assumes, assumes
+    declared = render_text(tfcheck.run_checks(GuessedDecoder, only=["mask.causal"], causal=True), width=300)
+    assert "causal=True" not in declared.split("FAIL mask.causal\n")[1].split("guessed:")[0]
