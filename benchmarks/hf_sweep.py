@@ -5,8 +5,10 @@ The classes are read from transformers' auto mappings (MODEL_FOR_CAUSAL_LM, MODE
 MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM and MODEL_MAPPING, the *_NAMES tables: each lists the class of every family for
 one head, without importing a model), keeping the names ending in ForCausalLM, ForMaskedLM,
 ForConditionalGeneration or Model (never *PreTrainedModel). A class is text when its forward takes input_ids
-(and main_input_name says so), no pixel, image, video, audio or feature input, and its config is no vision or
-audio config and has no such sub-config; the others are listed as skipped with the input or config that says so.
+(and main_input_name says so), no pixel, image, video, audio or feature input, no box per token (bbox), and its
+config is no vision or audio config, has no such sub-config, and asks for nothing beside the tokens (codebook rows
+of audio codes, a language for a forward lang_ids that has no default); the others are listed as skipped with the
+input or config that says so.
 Each text class is built by tfcheck from a small config on CPU with HF_HUB_OFFLINE=1 in a worker process, which
 is killed past --class-limit seconds (each check also has tfcheck's own budget_s), so one slow or crashing class
 cannot stall the sweep. A build error that asks for a download or a package/kernel not installed is a skip with
@@ -55,6 +57,13 @@ HEADS = {  # the seq2seq class first: an encoder-decoder family's ForCausalLM is
 SUFFIXES = ("ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "Model")
 NON_TEXT_INPUT = re.compile(r"pixel|image|video|visual|audio|speech|spectrogram|input_features|input_values|latents")
 NON_TEXT_CONFIG = re.compile(r"vision|visual|image|video|audio|speech|acoustic|codec|backbone|vq_|vlm|multimodal")
+#: Inputs beside the tokens that make a class more than a text model, read from its forward and its default config:
+#: a box per token (a document-layout model: Bros raises without it, LiLT and LayoutLM fill zeros), codebook rows
+#: (input_ids of batch x num_codebooks rows of audio codes: Musicgen), a language the model must be told (a forward
+#: lang_ids beside a config whose default_language is unset: Xmod raises without one).
+LAYOUT_INPUT = re.compile(r"bbox|boxes")
+CODEBOOKS_FIELD = "num_codebooks"
+LANGUAGE_INPUT, DEFAULT_LANGUAGE_FIELD = "lang_ids", "default_language"
 NEEDS_DOWNLOAD = re.compile(r"offline|couldn't connect|huggingface\.co|from_pretrained|pretrained weights", re.I)
 NEEDS_PACKAGE = re.compile(r"requires? the .* librar|pip install|no module named|is not installed|cuda|kernel|"
                            r"flash.?attn|triton", re.I)
@@ -163,12 +172,31 @@ def non_text_reason(name: str) -> str | None:
     inputs = [p for p in parameters if NON_TEXT_INPUT.search(p)]
     if inputs:
         return f"non-text input: forward takes {', '.join(inputs[:3])}"
+    layout = [p for p in parameters if LAYOUT_INPUT.fullmatch(p)]
+    if layout:
+        return f"layout input: forward takes {layout[0]} (a box per token, beside the text)"
     config = cls.config_class
     if NON_TEXT_CONFIG.search(config.__name__.lower()) or NON_TEXT_CONFIG.search(str(config.model_type)):
         return f"non-text config: {config.__name__} (model_type {config.model_type!r})"
     subs = [k for k in getattr(config, "sub_configs", None) or {} if NON_TEXT_CONFIG.search(k)]
     if subs:
         return f"multimodal: {config.__name__} has {', '.join(subs[:3])}"
+    return _extra_input(config, parameters)
+
+
+def _extra_input(config: type, parameters: list[str]) -> str | None:
+    """An input the default config says the tokens need beside them (codebook rows, a language), or None."""
+    try:
+        default = config()
+    except Exception:  # a config that cannot be built alone is left to the worker, whose build reports it
+        return None
+    codebooks = getattr(default, CODEBOOKS_FIELD, None)
+    if isinstance(codebooks, int) and codebooks > 1:
+        return (f"audio codes: {config.__name__}.{CODEBOOKS_FIELD} = {codebooks}, input_ids hold batch x "
+                f"{codebooks} rows of codes")
+    if LANGUAGE_INPUT in parameters and getattr(default, DEFAULT_LANGUAGE_FIELD, "") is None:
+        return (f"needs a language: forward takes {LANGUAGE_INPUT} and {config.__name__}.{DEFAULT_LANGUAGE_FIELD} "
+                "is unset (the model raises without one)")
     return None
 
 

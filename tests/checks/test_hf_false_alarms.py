@@ -146,3 +146,113 @@ def test_funnel_padding_leak_is_a_warning_that_names_its_pooling():
                      kwargs={"config": {"block_sizes": [1, 1, 1], "block_repeats": [1, 1, 1]}})
     assert result.status is Status.WARN, str(result)
     assert "pools the sequence (config.block_sizes = [1, 1, 1]" in result.findings[0].message
+
+
+# ----- small configs that keep their family's invariants (issue 15) ------------------------------------------
+
+def _small_config(name: str):
+    """The config tfcheck builds ``transformers:name`` from, zero-config: read, never a model built."""
+    transformers = pytest.importorskip("transformers")
+    from tfcheck.model.construction import plan_arguments
+
+    return plan_arguments(getattr(transformers, name), {}, f"transformers:{name}").configs["config"].make()
+
+
+def test_grouped_routing_fits_the_small_experts():
+    """AXK1 routes within 4 of 8 expert groups: over 4 experts its router viewed them as 8 groups of none."""
+    config = _small_config("AXK1Model")
+    experts, groups = config.n_routed_experts, config.n_group
+    assert experts % groups == 0 and experts // groups >= 2, (experts, groups)
+    assert 1 <= config.topk_group < groups  # routed within fewer groups than there are, as by default
+    assert config.num_experts_per_tok <= config.topk_group * experts // groups
+
+
+def test_the_parts_of_a_head_keep_their_proportions():
+    """Longcat's rotary embedding is read at head_dim, its keys' rotary part is qk_rope_head_dim: equal by default
+    (64), so head_dim shrunk alone to 8 beside a 64-wide rotary part raised a size mismatch."""
+    config = _small_config("LongcatFlashModel")
+    assert config.head_dim == config.qk_rope_head_dim == 8
+    assert (config.qk_nope_head_dim, config.v_head_dim) == (16, 16)  # 128 : 64, as by default
+    assert config.qk_head_dim == config.qk_nope_head_dim + config.qk_rope_head_dim
+
+
+def test_grouped_query_attention_stays_grouped():
+    """MiMo-V2 has 4 kv heads for 64 heads and doubles them in its sliding layers: 4 of 4 small heads made 8 kv
+    heads for 4 heads there (0 heads per group)."""
+    config = _small_config("MiMoV2FlashModel")
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    assert kv < heads and heads % kv == 0 and heads % (2 * kv) == 0, (heads, kv)
+
+
+def test_a_width_derived_by_a_rounded_factor_is_exact():
+    """xLSTM's config rounds hidden_size x qk_dim_factor up to 64 for its cache while its layers use the product:
+    at d_model 32 the cache held 16-wide keys for 4-wide ones."""
+    config = _small_config("xLSTMModel")
+    assert config.qk_dim == int(config.hidden_size * config.qk_dim_factor)
+    assert config.v_dim == int(config.hidden_size * config.v_dim_factor)
+    assert config.hidden_size <= 128
+
+
+def test_sections_of_the_layer_stack_sum_to_the_layer_count():
+    """Dory runs 8 input, the recurrent, then 8 output layers: beside 2 layers its recurrent section was -14 and
+    the output section ran the input layers again (each cache grew twice per forward)."""
+    config = _small_config("DoryModel")
+    sections = (config.n_input_layers, config.n_recurrent_layers, config.n_output_layers)
+    assert all(s >= 1 for s in sections) and sum(sections) == config.num_hidden_layers, sections
+    assert len(config.layer_types) == config.num_hidden_layers
+
+
+def test_state_space_heads_times_their_width_is_expand_times_d_model():
+    """Bamba's 128 Mamba heads of 64 = 2 x 4096; beside d_model 32 the config refused 128 heads for 64 channels,
+    and Mamba-2's 4 heads of 8 (the attention table's values) for 2 x 32."""
+    bamba = _small_config("BambaModel")
+    assert bamba.mamba_n_heads * bamba.mamba_d_head == bamba.mamba_expand * bamba.hidden_size
+    mamba2 = _small_config("Mamba2Model")
+    assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
+    assert mamba2.num_heads % mamba2.n_groups == 0
+
+
+def test_a_kind_of_layer_placed_periodically_appears_twice():
+    """Zamba ties every hybrid layer's shared block to the first one's, and refused a stack with one hybrid
+    layer (its _tied_weights_keys found nothing to tie)."""
+    transformers = pytest.importorskip("transformers")
+    config = _small_config("ZambaModel")
+    assert config.layers_block_type.count("hybrid") >= 2
+    assert len(config.layers_block_type) == config.num_hidden_layers
+    transformers.ZambaModel(config)  # builds
+
+
+def test_mrope_sections_split_the_rotary_part_even_where_the_config_refused_them():
+    """HYV4-VL's sections split its keys' rotary part (qk_rope_head_dim, shrunk with the head); Cosmos3-Edge's
+    default sections refused the small head_dim, and were then never scaled."""
+    hy = _small_config("HYV4VLTextModel")
+    assert hy.qk_rope_head_dim <= 8
+    assert sum(hy.rope_parameters["mrope_section"]) == hy.qk_rope_head_dim // 2
+    cosmos = _small_config("Cosmos3EdgeTextModel")
+    assert sum(cosmos.rope_parameters["mrope_section"]) == cosmos.head_dim // 2
+
+
+def test_pass_through_experts_and_their_routing_are_small_too():
+    """Longcat's 256 pass-through experts, 2048-wide experts and top-12 routing: 74 M parameters and 15 s a
+    forward beside d_model 32."""
+    config = _small_config("LongcatFlashModel")
+    assert config.zero_expert_num <= 4 and config.expert_ffn_hidden_size == 64
+    assert config.moe_topk <= config.n_routed_experts
+
+
+def test_the_sweep_skips_classes_that_need_inputs_beside_the_tokens():
+    """A box per token, codebook rows, a language: not text-only classes in the sweep's sense."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "hf_sweep.py"
+    spec = importlib.util.spec_from_file_location("hf_sweep_for_false_alarms", path)
+    sweep = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = sweep  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(sweep)
+    assert "bbox" in sweep.non_text_reason("BrosModel")
+    assert "num_codebooks = 4" in sweep.non_text_reason("MusicgenForCausalLM")
+    assert "lang_ids" in sweep.non_text_reason("XmodForMaskedLM")
+    assert sweep.non_text_reason("GPT2LMHeadModel") is None and sweep.non_text_reason("BertModel") is None

@@ -23,6 +23,7 @@ from typing import Any
 from tfcheck.errors import SpecError
 from tfcheck.model import names
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.small_invariants import hugging_face_invariants
 from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_layouts, hugging_face_values, is_unset, plan, quantity
 from tfcheck.model.user_code import user_code
 
@@ -329,7 +330,8 @@ def _hugging_face(origin: Any, cls: type, given: Mapping[str, Any], shrink: bool
     # head's is_decoder switch on (Reformer's LM head refuses to build without it, RoBERTa's runs bidirectional)
     small.update(hugging_face_values(getattr(origin, "__name__", ""), _defaults(cls), small, given))
     objects = {k: to_config_object(v) for k, v in given.items()}
-    if shrink:  # a hybrid model's every kind of layer, mrope sections within the small heads
+    if shrink:  # the family's invariants, a hybrid model's every kind of layer, mrope sections within the small heads
+        small.update(hugging_face_invariants(cls, init_names, {**small, **objects}, given))
         small.update(hugging_face_layouts(cls, init_names, {**small, **objects}, given))
     arguments = {**small, **objects}
     try:

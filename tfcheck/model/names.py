@@ -39,10 +39,12 @@ HEAD_DIM = ("d_k", "d_v", "head_dim", "dim_head", "d_kv", "d_head", "attention_h
 ROTARY_DIM = ("rotary_dim",)
 #: GPT-Neo's per-layer attention pattern.
 ATTENTION_TYPES = ("attention_types",)
-NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
-EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")
+#: zero_expert_num last: experts that pass their input through (Longcat-Flash), which the router also picks from.
+NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "zero_expert_num")
+EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+               "expert_ffn_hidden_size")
 #: Experts each token is routed to: never more than the experts there are.
-TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts")
+TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts", "moe_topk")
 #: The span of a sliding-window attention (Longformer, LED): their inputs are padded to a multiple of it.
 ATTENTION_WINDOW = ("attention_window",)
 #: Axial position embeddings (Reformer): the widths of the factors sum to d_model, and the factors of the
@@ -74,6 +76,24 @@ MROPE_FALLBACK = (16, 24, 24)
 PARTIAL_ROTARY = "partial_rotary_factor"
 BOS_TOKEN_ID = ("bos_token_id",)
 EOS_TOKEN_ID = ("eos_token_id",)
+#: Family invariants a small Hugging Face config keeps (tfcheck.model.small_invariants), as name patterns matched
+#: whole. The widths of the parts of an attention head, stated apart (multi-head latent attention's
+#: qk_nope_head_dim + qk_rope_head_dim, v_head_dim, beside the head_dim its rotary embedding reads).
+HEAD_PARTS = r"((qk|q|k|v|kv)_)?((rope|nope)_)?head_dim"
+#: The rotary part of a head where the config states it apart: mrope sections split it, not the whole head.
+ROTARY_HEAD_PART = "qk_rope_head_dim"
+#: Grouped expert routing: the experts split into n_group groups, each token routed within its topk_group best.
+EXPERT_GROUPS = ("n_group", "num_expert_group")
+ROUTED_GROUPS = ("topk_group",)
+#: State-space (Mamba-2) heads: their count x their width = expand x d_model, the heads shared out in groups.
+SSM_HEAD_COUNT = r"([a-z]+_)*(n|num)_([a-z]+_)*heads"
+SSM_HEAD_DIM = r"([a-z]+_)*(d_head|head_?dim)"
+SSM_EXPAND = r"([a-z]+_)*expand"
+SSM_GROUPS = r"([a-z]+_)*n_?groups"
+#: Counts of the layers of one section of the stack (input, recurrent, output layers summing to the layer count).
+LAYER_SECTIONS = r"(n|num)_([a-z]+_)+layers"
+#: A width derived from d_model by a factor field: ``<width>_factor`` next to the config's ``<width>``.
+WIDTH_FACTOR_SUFFIX = "_factor"
 
 #: fact -> the config / model attributes that hold it.
 CONFIG_NAMES: dict[str, tuple[str, ...]] = {

@@ -268,7 +268,11 @@ def hugging_face_layouts(build: Callable[..., Any], fields: Iterable[str], value
     try:
         small = build(**copy.deepcopy(values))  # a config may rewrite a rope dict in place
     except Exception:  # noqa: BLE001 - Zamba2 refuses its default 54-layer pattern beside 2 layers
-        return _readable(lambda: _layer_kinds(default, SimpleNamespace(**values), free))
+        out = _readable(lambda: _layer_kinds(default, SimpleNamespace(**values), free))
+        # mrope sections of the default's rope dict, which may be what the config refuses beside the small heads
+        merged = SimpleNamespace(**{**vars(default), **copy.deepcopy(values)})
+        out.update(_readable(lambda: _mrope(type(default), merged, free)))
+        return out
     out = _readable(lambda: _layer_kinds(default, small, free))
     out.update(_readable(lambda: _mrope(type(small), small, free)))
     return out
@@ -296,16 +300,22 @@ def _layer_kinds(default: Any, small: Any, free: set[str]) -> dict[str, Any]:
     layer_names = [n for n in names.NUM_LAYERS if _int(getattr(small, n, None))]
     kinds = {n: _kinds(getattr(default, n, None)) for n in names.LAYER_PATTERNS if n in free}
     count = max([getattr(small, n) for n in layer_names] + [len(k) for k in kinds.values()], default=0)
-    # a layer per kind at least (Lfm3 mixes convolutions, sliding and full attention), the user's count kept
-    out.update({n: count for n in layer_names if n in free and getattr(small, n) < count})
-    out.update({n: (k * count)[:count] for n, k in kinds.items() if k})
     for period, offset in names.LAYER_PERIODS:
         p: Any = getattr(default, period, None)
         o: Any = getattr(default, offset, None)
-        if {period, offset} <= free and _int(p) and _int(o) and o >= count > 0:
+        if not ({period, offset} <= free and _int(p) and _int(o) and 0 <= o < p):
+            continue
+        if o >= count > 0:
             # the kind at the offset stays after the kinds before it (Jamba: mamba, then attention)
-            out[period] = min(p, count)
-            out[offset] = min(o, out[period] - 1)
+            p, o = min(p, count), min(o, min(p, count) - 1)
+            out.update({period: p, offset: o})
+        if p <= count and all(n in free for n in layer_names):
+            # a kind placed every p layers recurs, so the small stack holds it twice (Zamba ties each of its
+            # hybrid layers' shared block to the first one's, and refuses a stack with one); a user's count stays
+            count = max(count, p + o + 1)
+    # a layer per kind at least (Lfm3 mixes convolutions, sliding and full attention), the user's count kept
+    out.update({n: count for n in layer_names if n in free and getattr(small, n) < count})
+    out.update({n: (k * count)[:count] for n, k in kinds.items() if k})
     for n in names.LAYER_INDICES:
         indices = getattr(default, n, None)
         if n in free and isinstance(indices, (list, tuple)) and indices and all(_int(i) for i in indices):
@@ -316,10 +326,11 @@ def _layer_kinds(default: Any, small: Any, free: set[str]) -> dict[str, Any]:
 
 
 def _mrope(cls: type, small: Any, free: set[str]) -> dict[str, Any]:
-    """mrope sections summing to the small rotary width / 2, in the proportions of the config's own sections
-    (or of the modeling code's fallback, for a config that names the key but leaves it unset)."""
+    """mrope sections summing to the small rotary width / 2 (of the head, or of its rotary part where the config
+    states it apart), in the proportions of the config's own sections (or of the modeling code's fallback, for a
+    config that names the key but leaves it unset)."""
     heads = getattr(small, "num_attention_heads", None)
-    head_dim = getattr(small, "head_dim", None) or (
+    head_dim = getattr(small, names.ROTARY_HEAD_PART, None) or getattr(small, "head_dim", None) or (
         small.hidden_size // heads if _int(getattr(small, "hidden_size", None)) and _int(heads) and heads else None)
     out: dict[str, Any] = {}
     for n in names.ROPE_DICTS:

@@ -18,6 +18,8 @@ from tfcheck.report.status import Status, worst
 #: ``blocked_by`` evidence of a check stopped at its time budget (tfcheck.engine.runner writes it).
 OVER_BUDGET = "budget_s"
 
+_SINGULAR = {"errors": "error", "warnings": "warning"}
+
 #: Outcomes in the order a verdict line names them.
 OUTCOMES = ("failed", "errors", "blocked", "over budget", "passed", "warnings", "inconclusive", "accepted")
 
@@ -56,7 +58,8 @@ class Verdict:
 
     def counts_text(self) -> str:
         """``1 failed, 17 blocked, 0 warnings``: every outcome that occurred, warnings always."""
-        parts = [f"{self.counts[o]} {o}" for o in OUTCOMES if self.counts[o] or o == "warnings"]
+        parts = [f"{self.counts[o]} {_SINGULAR.get(o, o) if self.counts[o] == 1 else o}" for o in OUTCOMES
+                 if self.counts[o] or o == "warnings"]
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, int]:

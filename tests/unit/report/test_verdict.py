@@ -49,3 +49,7 @@ def test_the_json_keeps_the_headline_and_the_count_of_each_outcome():
     assert data["status"] == "pass" and data["headline"].startswith("PASS, 1 inconclusive")
     assert data["counts"] == {"failed": 0, "errors": 0, "blocked": 0, "over_budget": 0, "passed": 1, "warnings": 0,
                               "inconclusive": 1, "accepted": 0}
+
+
+def test_one_warning_is_one_warning():
+    assert _model(_result("a", Status.WARN), _result("b", Status.ERROR)).verdict.counts_text() == "1 error, 1 warning"
