@@ -187,7 +187,7 @@ def test_leak_map_text_rich_json_and_image(tmp_path):
     except ImportError:
         assert written == []
     else:
-        assert [p.name for p in written] == ["mask.causal-0.png"] and written[0].stat().st_size > 0
+        assert [p.name for p in written] == ["CausalMaskOffByOne-mask.causal-0.png"] and written[0].stat().st_size > 0
 
 
 def test_probe_hooks_are_removed_even_when_the_model_raises():

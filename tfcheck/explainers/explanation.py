@@ -62,6 +62,8 @@ class Explanation:
             node.add(Text(f"where: {self.location}"))
         for item in self.look_at:
             node.add(Text(f"look at: {item}"))
+        if not self.matched:  # the generic row would read as a diagnosis it is not
+            return node
         node.add(row_view(table.row(self.row)))
         for row_id in self.also:
             # Only the headline: the likeliest row is shown in full, the others are where to read on.

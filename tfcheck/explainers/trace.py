@@ -3,13 +3,15 @@ its parameter count, and the functional operations that matter inside attention 
 scaled_dot_product_attention, view/reshape/transpose/permute), so the head split (b, s, d) -> (b, h, s, d_k)
 is visible even where no module wraps it.
 
-It returns a data object and prints nothing: a rich tree in a terminal or notebook, plain text from
-``str()``, ``to_dict()`` / ``to_json()`` for tools. When the forward raises, the trace up to the failure
-is returned with ``trace.error`` set (the explanation and its table row) and the failing call marked;
-``trace.raise_if_failed()`` turns that back into an exception.
+It returns a data object and prints nothing: a one-line ``repr()``, a rich tree in a terminal or notebook
+(``depth=`` folds the calls below a depth), plain text from ``str()``, ``to_dict()`` / ``to_json()`` for
+tools. When the forward raises, the trace up to the failure is returned with ``trace.error`` set (the
+explanation and its table row) and the failing call marked; ``trace.raise_if_failed()`` turns that back into
+an exception.
 """
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,11 @@ SHOWN_OPS = frozenset({
     "view", "reshape", "transpose", "permute", "masked_fill", "masked_fill_", "split", "chunk", "flatten",
     "unflatten", "multi_head_attention_forward", "__matmul__", "mT", "rearrange",
 })
+#: trace_shapes' own keyword options; every other keyword goes to forward (``forward_kwargs=`` for one named
+#: like these).
+OPTIONS = ("device", "depth", "forward_kwargs")
+#: Tied parameter groups named in the header before "and N more".
+SHOWN_TIES = 2
 #: Fused calls whose aten internals are shown under them.
 FUSED = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward", "_native_multi_head_attention"})
 SHOWN_ATEN = frozenset({"mm", "bmm", "baddbmm", "addmm", "_softmax", "_safe_softmax", "softmax", "view",
@@ -54,7 +61,11 @@ class TraceFailure:
 
 @dataclass
 class Trace:
-    """The record of one forward. ``calls`` and ``ops`` are in execution order."""
+    """The record of one forward. ``calls`` and ``ops`` are in execution order.
+
+    ``total_params`` counts each parameter tensor once; ``tied`` lists the names that share one tensor (the
+    first name is where it is registered first). ``depth`` is how deep the tree is shown (None: every call);
+    the calls and ``to_dict()`` always hold every call."""
 
     model_name: str
     device: str
@@ -63,6 +74,8 @@ class Trace:
     recording: Recording
     error: TraceFailure | None = None
     notes: list[str] = field(default_factory=list)
+    tied: list[tuple[str, ...]] = field(default_factory=list)
+    depth: int | None = None
     _model: nn.Module | None = field(default=None, repr=False)
     _example: tuple | None = field(default=None, repr=False)
 
@@ -77,6 +90,15 @@ class Trace:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def parameters_text(self) -> str:
+        """``136,192 parameters (tied: lm_head.weight = embed.weight, counted once)``."""
+        text = f"{self.total_params:,} parameters"
+        if self.tied:
+            ties = [" = ".join((*names[1:], names[0])) for names in self.tied[:SHOWN_TIES]]
+            more = f" and {len(self.tied) - SHOWN_TIES} more" if len(self.tied) > SHOWN_TIES else ""
+            text += f" (tied: {'; '.join(ties)}{more}, counted once)"
+        return text
 
     def raise_if_failed(self) -> Trace:
         if self.error is not None:
@@ -108,7 +130,8 @@ class Trace:
 
     def to_dict(self) -> dict:
         return {"model": self.model_name, "device": self.device, "inputs": structure_dict(self.inputs),
-                "total_params": self.total_params, "calls": [c.to_dict() for c in self.calls],
+                "total_params": self.total_params, "tied_params": [list(names) for names in self.tied],
+                "calls": [c.to_dict() for c in self.calls],
                 "ops": [o.to_dict() for o in self.ops if o.phase == "forward"],
                 "error": self.error.to_dict() if self.error else None, "notes": list(self.notes)}
 
@@ -125,18 +148,42 @@ class Trace:
 
         return to_string(self, width=120)
 
+    def __repr__(self) -> str:
+        """One line (the tree of a large model is thousands): ``<Trace TransformerLM: 37 calls, 23,653 parameters
+        (ok)>``."""
+        if self.error is None:
+            state = "ok"
+        else:
+            where = f" in {self.error.module!r}" if self.error.module is not None else ""
+            state = f"failed{where}" + (f": {self.error.row}" if self.error.row else "")
+        return f"<Trace {self.model_name}: {len(self.calls):,} calls, {self.total_params:,} parameters ({state})>"
+
+    def _repr_html_(self) -> str:  # a notebook shows the tree
+        return f"<pre>{html.escape(str(self))}</pre>"
+
     def _repr_pretty_(self, printer, cycle):  # IPython without rich's extension
         printer.text(str(self))
 
 
-def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **example_kwargs: Any) -> Trace:
+def trace_shapes(model: Any, *example_args: Any, device: str | None = None, depth: int | None = None,
+                 forward_kwargs: dict[str, Any] | None = None, **example_kwargs: Any) -> Trace:
     """Trace one forward of ``model`` and return the :class:`Trace`.
 
-    ``model`` is an ``nn.Module`` (or a spec string / class, loaded as the checks load it). With no example
-    inputs, tfcheck builds them as its checks do (batch 3, length 7). ``device="meta"`` traces on the meta
-    device, parameters replaced by meta tensors (nothing is allocated, any size works); ops that need data
-    are reported as the failure. The model is left as it was.
+    ``model`` is an ``nn.Module`` (or a spec string / class, loaded as the checks load it). The positional
+    arguments and every keyword other than the options below go to ``model.forward``. With no example
+    inputs, tfcheck builds them as its checks do (batch 3, length 7). The model is left as it was.
+
+    Options (keyword-only, never passed to forward):
+
+    - ``device="meta"`` traces on the meta device, parameters replaced by meta tensors (nothing is
+      allocated, any size works); ops that need data are reported as the failure.
+    - ``depth=N`` shows the tree down to calls N levels below the model (1: its direct children); the calls
+      below are folded into a count. The trace still records every call (``calls``, ``to_dict()``).
+    - ``forward_kwargs={...}`` keyword arguments for forward, for one named like an option
+      (``forward_kwargs={"depth": 3}``); merged with the other keywords.
     """
+    example_kwargs = _forward_keywords(example_kwargs, forward_kwargs)
+    depth = _checked_depth(depth)
     subject = None
     if not isinstance(model, nn.Module) or not (example_args or example_kwargs):
         from tfcheck.engine.runner import load_subject
@@ -156,21 +203,56 @@ def trace_shapes(model: Any, *example_args: Any, device: str | None = None, **ex
         example_args, example_kwargs = subject.to_model_layout(*subject.make_inputs(3, subject.probe_length()))
     _refuse_unknown_keywords(model, example_kwargs)
     if device == "meta":
-        return _trace_meta(model, example_args, example_kwargs)
-    if device is not None:
+        trace = _trace_meta(model, example_args, example_kwargs)
+    elif device is not None:
         raise UsageError(f"trace_shapes(device={device!r}): only device='meta' (or None, the model's own) is supported")
-    from tfcheck.engine.guard import preserved
+    else:
+        from tfcheck.engine.guard import preserved
 
-    # No copy of the parameters (a trace must stay cheap on big models): a forward that writes its own
-    # weights is reported instead of undone; buffers, modes, hooks and RNG are restored as always.
-    with preserved(model, copy_parameters=False) as written:
-        trace = _trace(model, example_args, example_kwargs, "model's own")
-    trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it" for name in written)
+        # No copy of the parameters (a trace must stay cheap on big models): a forward that writes its own
+        # weights is reported instead of undone; buffers, modes, hooks and RNG are restored as always.
+        with preserved(model, copy_parameters=False) as written:
+            trace = _trace(model, example_args, example_kwargs, "model's own")
+        trace.notes.extend(f"the forward wrote parameter {name!r} in place; tfcheck did not restore it"
+                           for name in written)
+    trace.depth = depth
+    trace.notes.extend(_options_forward_also_takes(model, {"device": device, "depth": depth}, example_kwargs))
     return trace
 
 
+def _forward_keywords(kwargs: dict[str, Any], forward_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    if forward_kwargs is None:
+        return kwargs
+    if not isinstance(forward_kwargs, dict) or not all(isinstance(k, str) for k in forward_kwargs):
+        raise UsageError(f"trace_shapes(forward_kwargs=...) takes a dict of keyword arguments for forward, "
+                         f"not {type(forward_kwargs).__name__}")
+    both = sorted(set(kwargs) & set(forward_kwargs))
+    if both:
+        raise UsageError(f"trace_shapes got {', '.join(both)} both as a keyword and in forward_kwargs=; give each once")
+    return {**kwargs, **forward_kwargs}
+
+
+def _checked_depth(depth: Any) -> int | None:
+    if depth is None:
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise UsageError(f"trace_shapes(depth={depth!r}): depth is a whole number >= 0 (0: the model's call only, "
+                         "1: and its direct children) or None (every call)")
+    return depth
+
+
+def _options_forward_also_takes(model: nn.Module, given: dict[str, Any], kwargs: dict) -> list[str]:
+    """An option given that forward also takes (a forward(x, depth=...)) went to tfcheck, not forward: said so."""
+    from tfcheck.model.structure import forward_params
+
+    params = forward_params(model)
+    return [f"{name}={value!r} is trace_shapes' option, not passed to {type(model).__name__}.forward, which also "
+            f"takes {name}; give forward's as forward_kwargs={{{name!r}: ...}}"
+            for name, value in given.items() if value is not None and name in params and name not in kwargs]
+
+
 def _refuse_unknown_keywords(model: nn.Module, kwargs: dict) -> None:
-    """Keyword arguments go to forward: one it does not take is a trace option mistyped (torchinfo's depth=),
+    """Keyword arguments go to forward: one it does not take is a trace option mistyped (torchinfo's col_names=),
     refused here rather than raised by forward as if the model were broken."""
     from tfcheck.model.structure import forward_params, takes_any_keyword
 
@@ -179,8 +261,8 @@ def _refuse_unknown_keywords(model: nn.Module, kwargs: dict) -> None:
     if unknown and params and not takes_any_keyword(model):
         raise UsageError(
             f"trace_shapes passes keyword arguments to {type(model).__name__}.forward, which takes "
-            f"{', '.join(params)}, not {', '.join(unknown)}; trace_shapes' own option is device= (every trace shows "
-            "all depths)")
+            f"{', '.join(params)}, not {', '.join(unknown)}; trace_shapes' own options are "
+            f"{', '.join(o + '=' for o in OPTIONS)}")
 
 
 def _meta_subject(spec: Any):
@@ -218,7 +300,16 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
     failure = _failure(model, recorder, error, device) if error is not None else None
     total = sum(p.numel() for p in model.parameters())
     return Trace(type(model).__name__, device, describe(list(args) + ([kwargs] if kwargs else [])), total,
-                 recorder.recording, failure, _model=model, _example=(args, kwargs))
+                 recorder.recording, failure, tied=tied_parameters(model), _model=model, _example=(args, kwargs))
+
+
+def tied_parameters(model: nn.Module) -> list[tuple[str, ...]]:
+    """The names that share one parameter tensor (a tied output head, a block registered twice), in the order
+    ``named_parameters`` gives them; ``parameters()`` and the trace count each tensor once, torchinfo per name."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    return [tuple(group) for group in names.values() if len(group) > 1]
 
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:

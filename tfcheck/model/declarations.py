@@ -344,7 +344,7 @@ def parse_value(key: str, value: Any, source: str) -> Declared:
     if key not in KEYS:
         raise DeclarationError(
             f"unknown tfcheck declaration {key!r} (from {source}); valid keys are: {', '.join(KEYS)}. "
-            "See docs/declarations.md."
+            "Run `tfcheck help declarations`."
         )
     try:
         return Declared(KEYS[key].parse(value), source)

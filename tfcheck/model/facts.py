@@ -5,6 +5,7 @@ model layer sets facts with :meth:`Facts.set`, which records the source the repo
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
@@ -80,10 +81,10 @@ class Facts:
         return object.__getattribute__(self, name)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[set[str]]:
+    def reading(self) -> Iterator[builtins.set[str]]:  # builtins: ``set`` here is the method above
         """Note the names of the facts read inside the block (nested blocks note into the outer set too)."""
         outer = self.__dict__.get("_reads")
-        reads: set[str] = set()
+        reads: builtins.set[str] = builtins.set()
         self.__dict__["_reads"] = reads
         try:
             yield reads

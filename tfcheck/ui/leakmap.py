@@ -11,6 +11,7 @@ A map is a grid of measured changes with a role per cell:
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,20 +104,25 @@ class LeakMap:
         return Group(Text(self.title), table, Text(LEGEND[self.kind], style="dim"))
 
 
+#: Characters of a spec kept in an image's file name (file names stop at 255 bytes).
+MAX_SLUG = 120
+
+
 def save_image(leak_map: LeakMap, path: str | Path) -> Path | None:
     """Write the map as a PNG heat map (log scale, tolerance marked). Needs matplotlib (an optional
-    extra); returns None without writing when it is not installed."""
+    extra); returns None without writing when it is not installed. Drawn on a Figure of its own with the Agg
+    canvas, never through pyplot: the user's backend, rcParams and open figures are left as they were."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     import math
 
     values = [[math.log10(max(v, 1e-12)) for v in row] for row in leak_map.values]
-    fig, ax = plt.subplots(figsize=(0.4 * len(leak_map.column_labels) + 2, 0.4 * len(leak_map.row_labels) + 1.5))
+    fig = Figure(figsize=(0.4 * len(leak_map.column_labels) + 2, 0.4 * len(leak_map.row_labels) + 1.5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     image = ax.imshow(values, cmap="viridis")
     for i in range(len(values)):
         for j in range(len(values[i])):
@@ -128,23 +134,32 @@ def save_image(leak_map: LeakMap, path: str | Path) -> Path | None:
     fig.colorbar(image, ax=ax, label="log10 |change|")
     out = Path(path)
     fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return out
 
 
 def save_images(report, directory: str | Path) -> list[Path]:
-    """Every leak map in a report as ``<check>-<n>.png`` in ``directory`` (next to the JSON report);
-    an empty list when matplotlib is not installed."""
+    """Every leak map in a report as ``<model>-<check>-<n>.png`` in ``directory`` (next to the JSON report), the
+    model a filesystem-safe form of its spec and n counting that model's maps of that check, so that no model's
+    image replaces another's; an empty list when matplotlib is not installed."""
     directory = Path(directory)
     written = []
+    taken: dict[str, int] = {}
     for model in report.models:
-        for n, finding in enumerate(f for f in model.findings() if "leak_map_data" in f.evidence):
+        for finding in (f for f in model.findings() if "leak_map_data" in f.evidence):
+            stem = f"{file_slug(model.spec)}-{file_slug(finding.check)}"
+            n = taken[stem] = taken.get(stem, -1) + 1  # two specs with one slug still get their own files
             directory.mkdir(parents=True, exist_ok=True)
-            path = save_image(LeakMap.from_evidence(finding.evidence["leak_map_data"]),
-                              directory / f"{finding.check}-{n}.png")
+            path = save_image(LeakMap.from_evidence(finding.evidence["leak_map_data"]), directory / f"{stem}-{n}.png")
             if path is not None:
                 written.append(path)
     return written
+
+
+def file_slug(text: str) -> str:
+    """``reference_model.broken:NoCausalMask`` -> ``reference_model.broken-NoCausalMask``: letters, digits, ``.``,
+    ``_`` and ``-`` only (a path spec's slashes and colons and a label's spaces become ``-``)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return slug[-MAX_SLUG:].lstrip("-.") or "model"  # the end of a long path spec names its model
 
 
 def evidence_of(leak_map: LeakMap) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def test_partial_trace_of_a_crashing_model_names_the_module_and_row():
     trace = tfcheck.trace_shapes("reference_model.broken:LinearInFeaturesMismatch")
     assert not trace.ok and trace.error.module == "layers.0.ffn.w_2" and trace.error.row == "mat1-mat2-shapes"
     text = str(trace)
-    assert "layers.0.ffn.w_2 (Linear)  ((3, 7, 64) float32) → raised" in text and "FAILED" in text
+    assert "── w_2 (Linear)  ((3, 7, 64) float32) → raised" in text and "FAILED" in text  # w_2 of layers.0.ffn
     with pytest.raises(tfcheck.UsageError, match="mat1 and mat2"):
         trace.raise_if_failed()
 
@@ -170,10 +170,10 @@ def test_a_tutorial_style_model_is_traced_with_the_mask_layout_its_forward_takes
 
 
 def test_a_keyword_forward_does_not_take_is_refused_not_passed_to_forward():
-    # torchinfo's depth= went to forward(), whose TypeError read as the model's failure.
+    # torchinfo's col_names= went to forward(), whose TypeError read as the model's failure.
     model = TransformerLM()
-    with pytest.raises(tfcheck.UsageError, match="TransformerLM.forward, which takes tokens, not depth"):
-        tfcheck.trace_shapes(model, torch.zeros(2, 5, dtype=torch.long), depth=2)
+    with pytest.raises(tfcheck.UsageError, match="TransformerLM.forward, which takes tokens, not col_names"):
+        tfcheck.trace_shapes(model, torch.zeros(2, 5, dtype=torch.long), col_names=["input_size"])
 
 
 @pytest.mark.parametrize("family", ["BertModel", "GPT2LMHeadModel"])

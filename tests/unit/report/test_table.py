@@ -23,7 +23,7 @@ def test_the_six_source_rows_keep_their_chinese_wording(row_id):
     r = table.row(row_id)
     cause, fix = SOURCE_ROWS[row_id]
     assert r.causes_zh == (cause,) and r.fixes_zh == (fix,)
-    assert r.source.startswith("seed article 2")
+    assert r.source.startswith("the article “Transformer架构深度解析：从Self-Attention原理到PyTorch代码实战”")
 
 
 def test_every_row_is_complete_in_both_languages():
