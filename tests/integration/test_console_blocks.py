@@ -172,6 +172,17 @@ def test_a_console_block_is_what_its_commands_print(block, monkeypatch, tmp_path
             + "\n(TFCHECK_UPDATE_DOCS=1 pytest tests/integration/test_console_blocks.py rewrites the page)")
 
 
+FILE_BLOCK = re.compile(r"^<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)^```$", re.M | re.S)
+
+
+def test_a_file_shown_on_a_page_is_the_file_its_commands_run_on():
+    shown = [(page, m) for page in PAGES for m in FILE_BLOCK.finditer(page.read_text("utf-8"))]
+    assert shown
+    for page, m in shown:
+        assert (ROOT / m.group("path")).read_text("utf-8") == m.group("body"), (
+            f"{page.relative_to(ROOT)}: the block marked <!-- file: {m.group('path')} --> differs from that file")
+
+
 def rewrite(block: Block, outputs: list[list[str]]) -> None:
     text = block.page.read_text("utf-8")
     current = blocks_at(block.page, block.lineno)

@@ -60,7 +60,9 @@ def overall_line(report: Report) -> Text:
 
 def model_lines(model: ModelReport, width: int, verbose: bool = False) -> list:
     verdict = model.verdict
-    lines: list = [Text.assemble(("tfcheck ", "bold"), (model.spec, "bold"), "  ", _headline(model))]
+    header = Text.assemble(("tfcheck ", "bold"), (model.spec, "bold"), "  ", _headline(model))
+    header.truncate(width, overflow="ellipsis")
+    lines: list = [header]
     id_width = max((len(r.check) for r in model.results), default=0)
     blocked = [r for r in model.results if outcome(r) == "blocked"]
     for r in model.results:
@@ -108,7 +110,7 @@ def problem_lines(f: Finding, guessed: Iterable[Assumption] = (), verbose: bool 
     body: list = []
     if f.location is not None and (f.location.module is not None or f.location.file):
         body.append(Text(f"where: {f.location}"))
-        if f.location.reason and verbose:
+        if f.location.reason and not f.location.line:
             body.append(Text(f"no line: {f.location.reason}", style="dim"))
     body.append(Text(shorten_reprs(f.message)))
     assumed = [_guess(a) for a in guessed]
