@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tfcheck.errors import TfcheckError, UsageError
+from tfcheck.model.declarations import BUDGET_OVERRUNS
 from tfcheck.ui.annotations import FORMATS
 from tfcheck.ui.io import writable_path, write_report
 
@@ -37,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--images", action="store_true",
                        help="with --json: also draw each leak map as a PNG next to it (needs matplotlib)")
     check.add_argument("--only", metavar="IDS", help="comma-separated check ids to run (forward.smoke runs first)")
-    check.add_argument("--strict", action="store_true", help="warnings count as failures")
+    check.add_argument("--strict", action="store_true",
+                       help="warnings count as failures, and so do checks stopped by their budget")
+    check.add_argument("--budget-overrun", choices=BUDGET_OVERRUNS, default=None,
+                       help="what a check stopped by its budget counts as: skip (default) or fail (--strict's); "
+                            "the same as --set budget_overrun=...")
     check.add_argument("--all", action="store_true", help="also every model in [[tool.tfcheck.models]]")
     check.add_argument("--format", choices=FORMATS, default="text",
                        help="github: also print a GitHub Actions ::error/::warning annotation per problem")
@@ -111,6 +116,10 @@ def _check(args) -> int:
     from tfcheck.ui.render import render_text
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
+    overrun = args.budget_overrun or ("fail" if args.strict else None)
+    if overrun is not None and "budget_overrun" not in cli:  # a --set of it is the more explicit
+        cli["budget_overrun"] = decl.parse_value("budget_overrun", overrun,
+                                                 "--budget-overrun" if args.budget_overrun else "--strict")
     pyproject = find_pyproject(Path.cwd())
     from tfcheck.model.project_config import unique_specs
     from tfcheck.model.spec import import_target, is_file_target, model_file, resolve_attr, split_spec

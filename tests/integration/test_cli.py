@@ -104,3 +104,16 @@ def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_dra
     assert state.line().endswith(" s of 120 s")
     assert main(["check", "reference_model:TransformerLM", "--only", "shape.contract"]) == EXIT_OK
     assert capsys.readouterr().err == ""  # stderr is no terminal here: no progress line
+
+
+@pytest.mark.parametrize("flags,code", [([], EXIT_OK), (["--budget-overrun", "fail"], EXIT_FAIL),
+                                        (["--strict"], EXIT_FAIL), (["--strict", "--budget-overrun", "skip"], EXIT_OK),
+                                        (["--set", "budget_overrun=fail"], EXIT_FAIL)])
+def test_a_check_over_its_budget_is_a_skip_unless_overruns_fail(flags, code, capsys):
+    args = ["check", "reference_model:TransformerLM", "--only", "train.overfit_batch", "--set", "budget_s=0.05"]
+    assert main(args + flags) == code
+    lines = capsys.readouterr().out.splitlines()
+    # the only check run did not decide: SKIP, unless overruns fail
+    head = "FAIL, 1 over budget (budget_overrun=fail): train.overfit" if code == EXIT_FAIL else "SKIP"
+    assert lines[0].startswith(f"tfcheck reference_model:TransformerLM  {head}"), lines[0]
+    assert lines[-1].startswith(("FAIL" if code == EXIT_FAIL else "SKIP") + " 1 over budget")

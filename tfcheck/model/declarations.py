@@ -29,6 +29,8 @@ SEQUENCE_LAYOUTS = ("batch_first", "seq_first")
 #: Who shifts the labels of a model's own loss: the model (labels = the input ids) or its caller (labels[t] is
 #: the target of logits[t], already token t + 1).
 LABEL_SHIFTS = ("inside", "caller")
+#: What a check stopped by its time budget counts as (the budget_overrun declaration).
+BUDGET_OVERRUNS = ("skip", "fail")
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,12 @@ def _sequence_layout(v: Any) -> str:
 def _label_shift(v: Any) -> str:
     if v not in LABEL_SHIFTS:
         raise ValueError(f"expected one of {', '.join(LABEL_SHIFTS)}")
+    return str(v)
+
+
+def _budget_overrun(v: Any) -> str:
+    if v not in BUDGET_OVERRUNS:
+        raise ValueError(f"expected one of {', '.join(BUDGET_OVERRUNS)}")
     return str(v)
 
 
@@ -324,6 +332,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("budget_s", "SECONDS",
         "Wall-clock budget of each check (default 120); a check over it stops between two operations "
         "and is reported as a skip that says so; inf means no budget.", _seconds),
+    Key("budget_overrun", "skip | fail",
+        "What a check stopped by its budget counts as: skip (inconclusive, the default) or fail (a CI gate that "
+        "must not pass slow checks unjudged); tfcheck check --strict and pytest --tfcheck-strict imply fail.",
+        _budget_overrun),
     Key("memory_budget", "SIZE",
         "The memory the run may use (e.g. 4GiB); by default the smallest of the machine's limits (physical "
         "memory, the cgroup's, RLIMIT_AS). A declared probe_len whose probes would not fit in a quarter of it "

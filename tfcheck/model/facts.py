@@ -62,6 +62,7 @@ class Facts:
     # ----- run settings ----------------------------------------------------------------------------------
     probe_len: int | None = None
     budget_s: float | None = None
+    budget_overrun: str | None = None  # "skip" or "fail": what a check stopped by its budget counts as
     memory_budget: int | None = None
     device: str | None = None
     #: fact name -> where its value came from (a declaration, the config, a rule)

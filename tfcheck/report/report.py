@@ -84,11 +84,17 @@ class ModelReport:
 
     @property
     def verdict(self) -> Verdict:
-        return verdict(self.results)
+        return verdict(self.results, overrun_fails=self.budget_overrun == "fail")
 
     @property
     def seconds(self) -> float:
         return sum(r.seconds for r in self.results)
+
+    @property
+    def budget_overrun(self) -> str:
+        """What a check of this model stopped by its budget counts as: its ``budget_overrun`` declaration (the CLI's
+        --budget-overrun and --strict declare it for every model), else "skip"."""
+        return str(next((a.value for a in self.assumptions if a.key == "budget_overrun"), "skip"))
 
     def result(self, check_id: str) -> CheckResult:
         for r in self.results:
@@ -135,8 +141,11 @@ class Report:
         return worst(m.status for m in self.models)
 
     def failed(self, strict: bool = False) -> bool:
+        """A failure or an error (with ``strict``, a warning too); a check stopped by its budget counts as a failure
+        where the model's ``budget_overrun`` is "fail" (tfcheck.report.verdict)."""
         bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-        return any(f.status in bad for m in self.models for f in m.findings())
+        return any(f.status in bad for m in self.models for f in m.findings()) or any(
+            m.verdict.status is Status.FAIL for m in self.models)
 
     def to_dict(self) -> dict[str, Any]:
         from tfcheck.version import __version__

@@ -48,6 +48,9 @@ class Verdict:
     def headline(self) -> str:
         """``FAIL`` / ``WARN`` / ``PASS`` / ``PASS, 1 inconclusive: mask.padding: <reason>``."""
         text = self.status.value.upper()
+        if self.counts["over budget"] and self.status is Status.FAIL and not self.counts["failed"]:
+            check, why = next(u for u in self.undecided)
+            return f"FAIL, {self.counts['over budget']} over budget (budget_overrun=fail): {check}: {why}"
         if self.status in (Status.PASS, Status.ACCEPTED) and self.undecided:
             kinds = [f"{self.counts[o]} {o}" for o in ("inconclusive", "over budget") if self.counts[o]]
             check, why = self.undecided[0]
@@ -66,9 +69,10 @@ class Verdict:
         return {o.replace(" ", "_"): self.counts[o] for o in OUTCOMES}
 
 
-def verdict(results: list[Any]) -> Verdict:
+def verdict(results: list[Any], overrun_fails: bool = False) -> Verdict:
     """The headline of a model's check results. Decided outcomes rank as statuses do; a model with no decided
-    result at all (every check inconclusive) is headed SKIP."""
+    result at all (every check inconclusive) is headed SKIP; a check stopped by its budget heads FAIL where
+    ``overrun_fails`` (the model's budget_overrun=fail)."""
     counts = Counter({o: 0 for o in OUTCOMES})
     undecided = []
     for r in results:
@@ -80,6 +84,8 @@ def verdict(results: list[Any]) -> Verdict:
     status = worst(decided) if decided else (Status.SKIP if results else Status.PASS)
     if counts["blocked"] and status is Status.PASS:  # blocked by a check that is not in this report (``only``)
         status = Status.SKIP
+    if overrun_fails and counts["over budget"]:
+        status = worst([status, Status.FAIL])
     return Verdict(status, dict(counts), tuple(undecided))
 
 
