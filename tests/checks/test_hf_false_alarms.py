@@ -256,3 +256,25 @@ def test_the_sweep_skips_classes_that_need_inputs_beside_the_tokens():
     assert "num_codebooks = 4" in sweep.non_text_reason("MusicgenForCausalLM")
     assert "lang_ids" in sweep.non_text_reason("XmodForMaskedLM")
     assert sweep.non_text_reason("GPT2LMHeadModel") is None and sweep.non_text_reason("BertModel") is None
+
+
+class QuantisedEmbeddingLM(nn.Module):
+    """Token ids embedded by a module of its own (I-BERT's QuantEmbedding), no nn.Embedding anywhere; the library
+    declares its input with main_input_name, as every Hugging Face model does."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, vocab_size=40, d_model=8):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab_size, d_model))
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, input_ids):
+        return self.head(nn.functional.embedding(input_ids, self.table))
+
+
+def test_a_model_declaring_token_ids_its_input_gets_ids_even_without_an_nn_embedding():
+    smoke = _result(QuantisedEmbeddingLM, "forward.smoke", vocab_size=40, d_model=8)
+    assert smoke.status is Status.PASS, str(smoke.findings)
+    pytest.importorskip("transformers")
+    assert _result("transformers:IBertForMaskedLM", "forward.smoke").status is Status.PASS

@@ -36,6 +36,7 @@ from tfcheck.model.structure import (
     forward_params,
     library_of,
     takes_any_keyword,
+    takes_features,
     takes_varargs,
     torch_batch_first,
 )
@@ -361,7 +362,7 @@ class _Resolver:
             if self.s.facts.kind == "attention" and self.s.facts.d_model is None:
                 raise SpecError(f"{self.s.spec} is an attention module but its width is unknown: declare d_model=INT")
             return
-        features = first_embedding(self.model) is None
+        features = takes_features(self.model)
         if features and self.s.facts.d_model is None:
             raise SpecError(
                 f"{self.s.spec} has no nn.Embedding, so it takes features, but its width is unknown: declare "
@@ -386,8 +387,7 @@ class _Resolver:
 
 
 def callable_name(fn: Any) -> str:
-    """A declared factory as the report shows it: its name, never a repr with a memory address (the report
-    must be the same in every process, for one, in each pytest-xdist worker)."""
+    """A declared factory by its name, never a repr with a memory address (the same in every xdist worker)."""
     if isinstance(fn, functools.partial):
         args = [repr(a) for a in fn.args] + [f"{k}={v!r}" for k, v in fn.keywords.items()]
         return f"{callable_name(fn.func)}({', '.join(args)})"

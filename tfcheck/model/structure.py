@@ -48,6 +48,13 @@ def first_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
     return None
 
 
+def takes_features(model: nn.Module) -> bool:
+    """Whether the model takes float features rather than token ids: it has no nn.Embedding, and its library does
+    not declare token ids its input (a Hugging Face ``main_input_name = "input_ids"``: I-BERT embeds them with a
+    quantised embedding of its own)."""
+    return first_embedding(model) is None and getattr(model, "main_input_name", None) != "input_ids"
+
+
 def first_width(model: nn.Module) -> tuple[str, int] | None:
     """The model width read off its first attention or LayerNorm, for models without embeddings."""
     for name, module in model.named_modules():
