@@ -278,3 +278,11 @@ def test_a_model_declaring_token_ids_its_input_gets_ids_even_without_an_nn_embed
     assert smoke.status is Status.PASS, str(smoke.findings)
     pytest.importorskip("transformers")
     assert _result("transformers:IBertForMaskedLM", "forward.smoke").status is Status.PASS
+
+
+def test_a_vocabulary_padded_for_speed_shrinks_with_its_true_size():
+    from tfcheck.model.small_sizes import plan, quantity
+
+    assert quantity("unpadded_vocab_size") == quantity("vocab_size") == "VOCAB_SIZE"
+    assert plan({"vocab_size": 201024, "unpadded_vocab_size": 200058},
+                ["vocab_size", "unpadded_vocab_size"]) == {"vocab_size": 101, "unpadded_vocab_size": 101}

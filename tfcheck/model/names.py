@@ -55,6 +55,8 @@ AXIAL_SHAPE = ("axial_pos_shape",)
 #: and the switch that keeps the first (CLS) position out of the pooling: the shortest length they accept.
 POOLING_BLOCKS = ("block_sizes",)
 SEPARATE_CLS = ("separate_cls",)
+#: Config fields giving the stride a model pools the sequence by once (a pooling window of that many positions).
+DOWNSAMPLING_RATES = ("downsampling_rate",)
 #: Per-layer patterns of hybrid models (a kind per layer, or a unit the config repeats over the layers): a default
 #: derived from the layer count loses its rarer kinds when the count is shrunk (Qwen3-Next's one attention layer
 #: in four), so the small config states every kind. layer_types is also the view that says which kinds there are.
@@ -118,7 +120,9 @@ _NOT_A_SWITCH = r"(?!(use|no|apply|is|enable|disable|with|has|do|add)_)"
 #: The FFN's names: a bare ffn / mlp / inner is a module or a switch, a width only with a size word beside it.
 _FFN = r"(ffn|ff|inner|mlp|feedforward|feed_forward)"
 NAME_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"(n_|num_)?((src|tgt|trg|enc|dec|source|target|input|output)_?)?(vocab|voc|ntoken)s?(_size|_len)?", "VOCAB_SIZE"),
+    # unpadded_: a vocabulary padded for speed keeps its true size beside it, the LM head's width (Inkling 2)
+    (r"(n_|num_)?((src|tgt|trg|enc|dec|source|target|input|output|unpadded|padded)_?)?(vocab|voc|ntoken)s?"
+     r"(_size|_len)?", "VOCAB_SIZE"),
     (rf"(d_|n_|dim_){_FFN}(_hidden|_hid)?(_dim|_size|_width)?|{_FFN}((_hidden|_hid)(_dim|_size|_width)?|"
      r"_dim|_size|_width)", "D_FF"),
     (rf"{_NOT_A_SWITCH}([a-z]+_)*(drop|dropout|pdrop|p_drop)(_(rate|prob|p|ratio))?", "DROPOUT"),
