@@ -117,8 +117,9 @@ def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
     decoded = target if target is not None else source
     chunks = _chunks(decoded.shape[1])
     cache, outputs, suspects = None, [], []
+    whole = target is None and _feeds_whole_sequence(subject.model, decoded)
     for t, (start, end) in enumerate(chunks):
-        step = decoded[:, start:end]
+        step = decoded[:, 0 if whole else start:end]
         args, kwargs = subject.inputs_for(source, step) if target is not None else subject.inputs_for(step)
         kwargs = {**kwargs, cache_arg: cache}
         if use_cache:
@@ -143,6 +144,21 @@ def _decode(ctx, subject, source, target, cache_arg: str, use_cache: bool):
                          "(or the key) on the output, or the last element of a returned tuple")
         outputs.append(out[:, out.shape[1] - (end - start):].detach())
     return torch.cat(outputs, dim=1), suspects
+
+
+def _feeds_whole_sequence(model, decoded: torch.Tensor) -> bool:
+    """Whether the model's own generation code (Hugging Face's ``prepare_inputs_for_generation``, asked for one new
+    token) hands forward the whole sequence each step rather than the new tokens only: a forward that slices the
+    cached prefix off itself is given what its generation gives it."""
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    if not callable(prepare) or decoded.is_floating_point() or decoded.dim() != 2 or decoded.shape[1] < 2:
+        return False
+    try:
+        prepared = prepare(decoded, next_sequence_length=1, use_cache=True)
+    except Exception:  # noqa: BLE001 - a generation helper that wants more says nothing about the protocol
+        return False
+    ids = prepared.get("input_ids") if isinstance(prepared, dict) else None
+    return isinstance(ids, torch.Tensor) and tuple(ids.shape) == tuple(decoded.shape)
 
 
 def _step(ctx, args: tuple, kwargs: dict, what: str, tokens: int, record: bool, on_op=None):

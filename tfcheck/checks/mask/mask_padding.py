@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from tfcheck.checks.mask.padding_design import MixerOutputs, local_mixing
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_comparison, padded_inputs
+from tfcheck.checks.mask.unused_mask import said_unused
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import sequence_pooling
@@ -81,6 +83,10 @@ def _mode(subject) -> str | NotApplicable | Inconclusive:
     if subject.facts.inputs is not None:
         return NotApplicable("the inputs come from the declared 'inputs' factory, so tfcheck cannot place padding "
                              "in them")
+    unused = said_unused(subject.model, mask.argument) if mask.argument and "mask" not in subject.declared else None
+    if unused is not None:
+        return NotApplicable(f"forward says its '{mask.argument}' is unused ({unused}), so the model takes no padding "
+                             f"mask; declare mask={mask.argument}:CONVENTION if it does")
     if mask.argument is not None:
         return "argument"
     if subject.facts.takes_features:
@@ -310,12 +316,12 @@ def _pattern(m: _Measured, judgement: flow.Judgement, axis: str | None) -> tuple
     return "padding leak", "the pad content reaches real positions"
 
 
-def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin]:
-    """Record one forward of the padded samples and, after them, the same samples with only their pads' embeddings
-    changed: the mask's axis ('query' when a per-sample mask is applied to square (s, s) scores on the query axis,
-    'key' when one is applied on the key axis, None when none is), the trace of the padding mask through it (which
-    line the finding points at), and the first op whose real positions moved with the pads (where the leak is
-    born)."""
+def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin, MixerOutputs]:
+    """Record one forward of the padded samples and, after them, the same samples with only their pads changed (their
+    embeddings, and their ids where the measurement changed them): the mask's axis ('key' when a per-sample mask is
+    applied to square (s, s) scores on the key axis, 'query' when only on the query axis, None when none is), the
+    trace of the padding mask through it (which line the finding points at), the first op whose real positions
+    moved with the pads (where the leak is born), and the local mixers over positions the forward ran."""
     subject = ctx.subject
     n = m.n
     gen = torch.Generator().manual_seed(23)
@@ -327,28 +333,28 @@ def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin]:
     keep = torch.cat([m.keep, m.keep])
     pads_of_copies = torch.zeros_like(keep)
     pads_of_copies[SAMPLES:] = ~m.keep
-    if tokens.is_floating_point():  # features: other features at the copies' pads
+    if tokens.is_floating_point() or m.ids_changed:  # other features or ids at the copies' pads, as measured
         rows = _other_content(subject, rows, pads_of_copies, 24, gen)
     target = _target(subject, n, 2 * SAMPLES, gen)
     args, kwargs = padded_inputs(subject, rows, target, keep)
     seen, on_op = mask_axes(n, SAMPLES)
     trace = PaddingTrace(subject.model, 2 * SAMPLES, n)
-    origin = LeakOrigin(Perturbation.paired(m.keep))
+    origin, mixers = LeakOrigin(Perturbation.paired(m.keep)), MixerOutputs()
 
     def all_three(event, op_args, op_kwargs, out):
-        on_op(event, op_args, op_kwargs, out)
-        trace.on_op(event, op_args, op_kwargs, out)
-        origin(event, op_args, op_kwargs, out)
+        for observe in (on_op, trace.on_op, origin, mixers.on_op):
+            observe(event, op_args, op_kwargs, out)
 
     with trace.hooks(), leakmap.perturbed_embedding(subject.model, rows, pads_of_copies, 25):
         ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples and their copies with other pads",
                    on_op=all_three)
-    return "query" if "query" in seen else ("key" if "key" in seen else None), trace, origin
+    # a mask on both axes (pads neither attend nor are attended) is no query-axis mistake
+    return "key" if "key" in seen else ("query" if seen else None), trace, origin, mixers
 
 
 def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, leak_change) -> Finding:
     subject = ctx.subject
-    axis, trace, origin = _recorded(ctx, m)
+    axis, trace, origin, mixers = _recorded(ctx, m)
     pattern, basis = _pattern(m, judgement, axis)
     row, meaning = PATTERNS[pattern]
     lm = _leak_map(m, leak_change)
@@ -370,6 +376,11 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
         related = (*related, Related("leak first appears", born.file, born.line, born.module))
     if m.first_layer:
         message += f" The pads first reach real outputs in layer '{m.first_layer}'."
+    mixing = local_mixing(born, trace.applied, mixers)
+    if mixing is not None:  # a convolution or shift over positions reads the pads by design; the mask reaches scores
+        return Finding(ID, Status.WARN, f"{mixing.explain()}. Measured: {message}",
+                       Location(m.first_layer or "", mixing.event.file, mixing.event.line),
+                       {**evidence, "local_mixing": mixing.evidence()}, row, related)
     pooling = sequence_pooling(subject) if pattern == "padding leak" else None
     if pooling is not None:
         # The mask reaches the scores; what mixes pads into real positions is the model's own pooling of the
