@@ -10,6 +10,7 @@ with a 32-row table) is a promise the model breaks: shape.contract probes it (``
 from __future__ import annotations
 
 import inspect
+import re
 from typing import TYPE_CHECKING, Any
 
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
@@ -68,8 +69,10 @@ def stated_lengths(subject: Subject) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     source = facts.sources.get("max_len", "")
     if facts.max_len is not None:
-        attribute = source.rsplit(".", 1)[-1]
-        user = user_value(loaded, attribute, facts.max_len)
+        attribute, value = stated_attribute(subject, source)
+        user = user_value(loaded, attribute, value)
+        if user is not None and user == value:
+            user = facts.max_len  # what a rule derived from the stated value (an offset taken off) says
         if user is not None:
             out.append((user, f"max_len={user} ({source})"))
     if not getattr(loaded, "constructed", True):
@@ -79,6 +82,15 @@ def stated_lengths(subject: Subject) -> list[tuple[int, str]]:
         if user is not None and not any(v == user for v, _ in out):
             out.append((user, f"{name}={user} ({how})"))
     return out
+
+
+def stated_attribute(subject: Subject, source: str) -> tuple[str, int]:
+    """The attribute a max_len source names (``config.max_position_embeddings``, also where a rule took an offset
+    off it: ``config.max_position_embeddings - 0 - 1: ...``) and the value it holds."""
+    found = re.search(r"config\.(\w+)", source)
+    attribute = found.group(1) if found else source.rsplit(".", 1)[-1]
+    held: Any = getattr(getattr(subject.model, "config", None), attribute, None) if found else None
+    return attribute, held if _is_length(held) else int(subject.facts.max_len or 0)  # max_len is known here
 
 
 def user_value(loaded: Loaded, name: str, value: int) -> int | None:

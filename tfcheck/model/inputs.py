@@ -50,7 +50,7 @@ def min_length(subject: Subject) -> tuple[int, str]:
         return int(declared.value), f"declared ({declared.source})"
     pooling = sequence_pooling(subject)
     if pooling is None:
-        return 1, "nothing pools the sequence"
+        return downsampling(subject) or (1, "nothing pools the sequence")
     poolings, kept, where = pooling
     return 2 ** poolings + int(kept), where
 
@@ -66,6 +66,17 @@ def sequence_pooling(subject: Subject) -> tuple[int, bool, str] | None:
     kept = next((n for n in names.SEPARATE_CLS if getattr(config, n, False) is True), None)
     where = f"config.{name} = {list(blocks)}: {len(blocks) - 1} poolings by 2"
     return len(blocks) - 1, kept is not None, where + (f", config.{kept} = True keeps one position out" if kept else "")
+
+
+def downsampling(subject: Subject) -> tuple[int, str] | None:
+    """A config's downsampling rate (names.DOWNSAMPLING_RATES): a window of that many positions pooled into one,
+    so a shorter sequence leaves nothing to pool."""
+    config = getattr(subject.model, "config", None)
+    for name in names.DOWNSAMPLING_RATES:
+        rate = getattr(config, name, None)
+        if isinstance(rate, int) and not isinstance(rate, bool) and rate > 1:
+            return rate, f"config.{name} = {rate}: the sequence is pooled in windows of {rate} positions"
+    return None
 
 
 def random_primary(subject: Subject, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:

@@ -154,18 +154,23 @@ class Observer:
                 self.tokens[id(o)] = roles[0]
 
     def follow_positions(self, name: str, args: tuple, kwargs: dict, inputs: list, outs: list, where: str) -> None:
-        if name == "arange":
-            for o in outs:
+        if name == "arange" or (name == "cumsum" and self.counts_along_length(args, kwargs, inputs)):
+            for o in outs:  # a cumsum of ones along the sequence (a mask's) numbers the positions as well
                 self.keep(o)
-                self.positions[id(o)] = o.numel()
+                self.positions[id(o)] = o.numel() if name == "arange" else int(inputs[0].shape[self.dim(args, kwargs)])
             return
         if name == "embedding" and inputs and id(inputs[0]) in self.positions:
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
-            if isinstance(weight, torch.Tensor):
+            index = inputs[0]
+            constant = index.numel() > 1 and bool((index == index.flatten()[0]).all())  # a type id made like them
+            if isinstance(weight, torch.Tensor) and not constant:
                 n = self.positions[id(inputs[0])]
                 table = self.owned.get(id(weight), "an embedding")
-                sighting = Sighting(f"embedding '{table}' of {weight.shape[0]} rows indexed by positions", where,
-                                    int(weight.shape[0]), n)
+                # positions read from an offset (a padding_idx, a stream read one ahead) leave fewer rows for them
+                offset = max(0, int(inputs[0].max()) + 1 - n) if inputs[0].numel() else 0
+                also = f", up to row {int(inputs[0].max())} for {n} positions" if offset else ""
+                sighting = Sighting(f"embedding '{table}' of {weight.shape[0]} rows indexed by positions{also}",
+                                    where, int(weight.shape[0]) - offset, n)
                 # A (query, key) index is relative positions (T5's buckets): its table holds distances, not
                 # positions, and caps no length.
                 if sum(1 for size in inputs[0].shape if size in self.lengths) <= 1:
@@ -235,6 +240,17 @@ class Observer:
             self.sight(self.observed.causal_masks, f"triangular buffer '{name}' ({side} × {side}) sliced", where)
 
     # ----- helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def dim(args: tuple, kwargs: dict) -> int:
+        return int(kwargs.get("dim", args[1] if len(args) > 1 else 0))
+
+    def counts_along_length(self, args: tuple, kwargs: dict, inputs: list) -> bool:
+        """A cumsum of an integer or bool tensor holding only ones, along an axis of a probe length."""
+        if not inputs or inputs[0].is_floating_point() or inputs[0].dim() == 0:
+            return False
+        x = inputs[0]
+        return int(x.shape[self.dim(args, kwargs)]) in self.lengths and bool((x == 1).all())
+
     def sight(self, into: list[Sighting], what: str, where: str, size: int | None = None,
               length: int | None = None) -> None:
         if not any(s.what == what and s.where == where for s in into):

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
 from tfcheck.probe.score_flow import PRODUCTS, PROJECTIONS, ScoreFlow
 
 SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
@@ -100,6 +100,7 @@ class AttentionSite:
     #: the last view/reshape/transpose/permute before the score product that produced q, k or v: where
     #: the heads were split (None where no such op ran at the Python level)
     shaped_by: dict = field(default_factory=dict)
+    projected_from: dict = field(default_factory=dict)  # "q"/"k"/"v" -> what its projection read (record_sites)
 
     @property
     def score_lengths(self) -> tuple[int, int]:
@@ -132,9 +133,13 @@ class SiteCollector:
         self._owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
         self.captured: list[CapturedOp] = []
         self.flow = ScoreFlow(self._is_owned)
+        #: the values of the one-element tensors the model's ops read, by tensor identity (a tensor-valued scale)
+        self.scalar_values: dict[int, float] = {}
 
     def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         self.flow(event, args, kwargs, out)
+        if event.model_forward:
+            self._keep_scalars(args, kwargs)
         if event.phase != "forward" or event.short_name not in _CAPTURED:
             return
         operands, extra = _operands(event.short_name, args, kwargs)
@@ -146,6 +151,14 @@ class SiteCollector:
         result = out[0] if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) else out
         self.captured.append(CapturedOp(event, kept, result.detach().clone() if isinstance(result, torch.Tensor)
                                        else None, extra))
+
+    def _keep_scalars(self, args: tuple, kwargs: dict) -> None:
+        for t in tensors_in((args, kwargs)):
+            if t.numel() == 1 and t.device.type != "meta" and not t.is_complex():
+                try:
+                    self.scalar_values[id(t)] = float(t.detach())
+                except (RuntimeError, TypeError, ValueError):  # a tensor subclass without values
+                    continue
 
     def _is_owned(self, t: torch.Tensor) -> bool:
         try:
@@ -370,13 +383,3 @@ def _attach_shaping(site: AttentionSite, recording: Recording) -> None:
         site.shaped_by[name] = next(
             (op for op in reversed(recording.ops[:start]) if op.level == "function" and op.phase == "forward"
              and op.short_name in SHAPING and any(m.shape == shape for m in op.outputs)), None)
-
-
-def record_sites(ctx, args: tuple, kwargs: dict, what: str):
-    """One counted forward under the recorder with attention internals visible: (Probe, sites)."""
-    from tfcheck.probe.attention_view import visible_attention
-
-    collector = SiteCollector(ctx.subject.model)
-    with visible_attention():
-        probe, recording = ctx.record(args, kwargs, what, on_op=collector)
-    return probe, collector.sites(recording)

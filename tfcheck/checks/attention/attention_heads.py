@@ -19,8 +19,10 @@ import torch
 
 from tfcheck.engine.registry import Inconclusive, check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
-from tfcheck.probe.attention_sites import AttentionSite, record_sites
+from tfcheck.probe.attention_sites import AttentionSite
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
+from tfcheck.probe.projection_inputs import by_position as projection_input_by_position
+from tfcheck.probe.projection_inputs import record_sites
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -71,7 +73,8 @@ def attention_heads(ctx) -> list[Finding]:
             _keep_first(problems, finding)
             merges += verified
         for p in perturbations:
-            finding, note = _judge_split(sites, batch, p, problems, subject.takes_target)
+            finding, note = _judge_split(sites, batch, p, problems, subject.takes_target,
+                                         carries_forward=subject.facts.causal is True and not subject.takes_target)
             _keep_first(problems, finding)
             if note:
                 notes.append(note)
@@ -211,8 +214,11 @@ def _reads_encoder_output(site: AttentionSite, seq2seq: bool) -> bool:
     return seq2seq and site.query.length != site.key.length
 
 
-def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, problems,
-                 seq2seq: bool = False) -> tuple[Finding | None, str | Inconclusive | None]:
+def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, problems, seq2seq: bool = False,
+                 carries_forward: bool = False) -> tuple[Finding | None, str | Inconclusive | None]:
+    """q, k, v at the first attention reached must change at the changed position only, except where the input
+    of their projections changed, and (``carries_forward``: a causal model) at later positions, which a causal
+    convolution, shift or recurrence between the input and the attention may reach by design."""
     first = _first_reached(sites, batch, p, seq2seq)
     if first is None:
         return None, Inconclusive(f"changing {p.stream} position {p.position} changed q, k and v at no attention "
@@ -224,10 +230,14 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, proble
     evidence: dict[str, dict[str, Any]] = {}
     mixed: list[str] = []
     spread = False
+    inherited = _changed_in_input(site, batch, p)
     for name, t in tensors.items():
         tol = tolerance(t[0])
         changed = _changed_positions(t[0], t[p.sample], tol)  # (position, head)
-        others = torch.cat([changed[:p.position], changed[p.position + 1:]])
+        allowed = inherited.get(name, torch.zeros(changed.shape[0], dtype=torch.bool)).clone()
+        allowed[p.position + 1:] |= carries_forward
+        excused = changed & allowed[:, None]
+        others = torch.cat([(changed & ~excused)[:p.position], (changed & ~excused)[p.position + 1:]])
         per_head = [sorted(int(i) for i in changed[:, h].nonzero().flatten()) for h in range(changed.shape[1])]
         change = change_per_position(t[0:1], t[p.sample:p.sample + 1])[0]
         evidence[name] = {"changed_positions_per_head": per_head, "tolerance": tol,
@@ -235,16 +245,22 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, proble
                           "largest_change_elsewhere":
                               float(torch.cat([change[:p.position], change[p.position + 1:]]).max())
                               if change.numel() > 1 else 0.0}
+        if name in inherited:
+            evidence[name]["changed_positions_in_projection_input"] = inherited[name].nonzero().flatten().tolist()
         if bool(others.any()):
             mixed.append(name)
             spread |= len({tuple(h) for h in per_head}) > 1
+    base = {"perturbed": f"{p.stream} position {p.position} of {p.length}", "site": site.module, **evidence}
+    moved_later = sorted(n for n, t in tensors.items() if bool(_changed_positions(
+        t[0], t[p.sample], tolerance(t[0]))[p.position + 1:].any()))
+    if not mixed and moved_later:
+        return _mixed_input(site, p, moved_later, base, carries_forward), None
     if not mixed:
         control = max(e["positive_control_change"] for e in evidence.values())
         if control <= min(e["tolerance"] for e in evidence.values()):
             return None, Inconclusive(f"q, k, v at '{_name(site.module)}' did not change at {p.stream} position "
                                       f"{p.position}")
         return None, f"q, k, v at '{_name(site.module)}' changed at {p.stream} position {p.position} only"
-    base = {"perturbed": f"{p.stream} position {p.position} of {p.length}", "site": site.module, **evidence}
     if spread:
         return Finding(
             ID, Status.FAIL,
@@ -260,6 +276,34 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, proble
         "mixes positions (a convolution or token shift before attention, or statistics over the sequence). "
         "Not a head-split bug; if the model has no such layer, look for a norm or mean over the length axis.",
         _location(site), {**base, "warning": "input of the first attention mixes positions"}), None
+
+
+def _changed_in_input(site: AttentionSite, batch: int, p: Perturbation) -> dict[str, torch.Tensor]:
+    """{"q"|"k"|"v": (position,) bool, where the activation its projection read changed}: a position changed
+    there was mixed in before the attention (a recurrent, state-space or convolution layer), not by its split."""
+    found = {}
+    for name, t in site.projected_from.items():
+        laid = projection_input_by_position(t, batch, p.length)
+        if laid is not None:
+            found[name] = _changed_positions(laid[0][:, None], laid[p.sample][:, None], tolerance(laid[0]))[:, 0]
+    return found
+
+
+def _mixed_input(site: AttentionSite, p: Perturbation, names: list[str], base: dict, causal: bool) -> Finding:
+    where = {n: base[n]["changed_positions_in_projection_input"] for n in names
+             if "changed_positions_in_projection_input" in base[n]}
+    why = [f"the activation their projections read had already changed there ({where})"] if where else []
+    if causal:
+        why.append("the model is causal (assumed causal=True), so a causal convolution, shift or recurrence "
+                   "between the projection and the attention may carry a position forward")
+    return Finding(
+        ID, Status.WARN,
+        f"at the first attention ('{_name(site.module)}') changing {p.stream} position {p.position} changed "
+        f"{', '.join(names)} at later positions too, per head differently, and nowhere else: "
+        f"{'; and '.join(why)}. A layer that mixes positions before the attention does this by design (a "
+        "state-space, recurrent or convolution layer, a token shift); a head split that mixes positions would "
+        "also change earlier positions. Judged against that input, the split keeps positions apart.",
+        _location(site), {**base, "warning": "input of the first attention mixes positions", "causal": causal})
 
 
 def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbation]) -> tuple[Finding | None, bool]:

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from tfcheck.checks.numerics import value_origin
+from tfcheck.checks.numerics.projection_match import relative_to_projection
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
+from tfcheck.probe.operand_path import OperandPath, operand_ids, path_to_projection
 from tfcheck.probe.recorder import OpEvent, Recording
 from tfcheck.probe.score_flow import MaskUse, written_into
 from tfcheck.report.findings import Finding, Location, Related
@@ -50,6 +52,7 @@ class Measured:
     traced: dict  # operand -> scalar relative to its projection, or None where it was not traced
     written: torch.Tensor | None = None  # the score entries a mask constant wrote, left out of the fit
     mask_constants: tuple = ()  # what wrote them: value, op, entries, whether the constant masks
+    norms: dict = field(default_factory=dict)  # operand -> the normalising ops between it and its projection
 
 
 @check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW,), order=62)
@@ -66,7 +69,7 @@ def attention_scale(ctx) -> list[Finding]:
     findings: list[Finding] = []
     measured: list[dict] = []
     for site in sites:
-        m = measure(site, collector.captured, collector.flow.masks)
+        m = measure(site, collector.captured, collector.flow.masks, recorded.recording, collector.scalar_values)
         if m is None:
             continue
         d_k = site.contracted
@@ -169,29 +172,44 @@ def known_scale(subject) -> tuple[float, str] | None:
 
 # ----- measuring -------------------------------------------------------------------------------------
 
-def measure(site: AttentionSite, captured: list[CapturedOp], masks: Sequence[MaskUse] = ()) -> Measured | None:
+def measure(site: AttentionSite, captured: list[CapturedOp], masks: Sequence[MaskUse] = (),
+            recording: Recording | None = None, scalar_values: dict[int, float] | None = None) -> Measured | None:
     by_index = {c.event.index: c for c in captured}
     q_axis, k_axis = _contracted_axes(site, by_index.get(site.score_op.index))
     if q_axis is None or k_axis is None:  # both None or neither
         return None
     before = [c for c in captured if c.event.index < site.score_op.index and c.event.short_name in PROJECTIONS
               and not c.extra.get("no_parameter") and c.out is not None]
-    traced = {"q": _relative_to_projection(site.query.tensor, q_axis, before),
-              "k": _relative_to_projection(site.key.tensor, k_axis, before)}
+    traced = {"q": relative_to_projection(site.query.tensor, q_axis, before),
+              "k": relative_to_projection(site.key.tensor, k_axis, before)}
+    paths = _paths(site, recording, before, scalar_values) if recording is not None else {}
+    for name, path in paths.items():  # ops the norms cannot see through: a bias added, a tensor-valued scale
+        if traced[name] is None and path.projection is not None and path.factor is not None:
+            traced[name] = path.factor
+    norms = {name: path.norms for name, path in paths.items() if path.norms}
     operands = math.prod(v for v in traced.values() if v is not None)
     if site.form == "sdpa":
         scale = site.options.get("scale")
         how = "the scale= argument of scaled_dot_product_attention" if scale is not None else \
             "scaled_dot_product_attention's default 1/√q.size(-1)"
         base = float(scale) if scale is not None else 1 / math.sqrt(site.query.tensor.shape[-1])
-        return Measured(base * operands, how, traced)
+        return Measured(base * operands, how, traced, norms=norms)
     raw, logits = _raw_product(site, by_index), _softmax_input(site, by_index)
     written, constants = written_into(masks, site.score_op, site.softmax_op, logits)
     fitted = _fitted_scale(raw, logits, written)
     if fitted is None:
         return None
     return Measured(fitted * operands, f"the softmax input over the product of its operands ({site.score_op.name})",
-                    traced, written, constants)
+                    traced, written, constants, norms)
+
+
+def _paths(site: AttentionSite, recording: Recording, before: list[CapturedOp],
+           scalar_values: dict[int, float] | None) -> dict[str, OperandPath]:
+    """What the recorded ops between each operand and its projection do (see probe/operand_path.py)."""
+    projections = {i: c.event for c in before for i in c.event.output_ids}
+    q_id, k_id = operand_ids(site.score_op)
+    return {name: path_to_projection(recording, i, site.score_op.index, projections, scalar_values or {})
+            for name, i in (("q", q_id), ("k", k_id))}
 
 
 def _equation(op: CapturedOp | None) -> tuple[str, str, str] | None:
@@ -266,60 +284,6 @@ def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None,
     return float((d_raw * d_logits).sum()) / denominator
 
 
-def _norms(t: torch.Tensor, axis: int) -> torch.Tensor:
-    """The sorted per-head vector norms, leaving out the vectors holding one value throughout: the padding a
-    model adds to reach a block or window size (zeros, or a pad value such as -1), which no projection made."""
-    v = t.movedim(axis, -1)
-    vectors = v.reshape(-1, v.shape[-1]).double()
-    if vectors.shape[-1] > 1:
-        vectors = vectors[(vectors != vectors[:, :1]).any(dim=-1)]
-    return vectors.norm(dim=-1).sort().values
-
-
-def _relative_to_projection(operand: torch.Tensor, axis: int, projections: list[CapturedOp]) -> float | None:
-    """c with operand = c · (a rearranged, rotated or repeated slice of a projection output), found by its
-    sorted per-head vector norms (padding left out); the nearest preceding projection that matches. None if
-    none does."""
-    d = int(operand.shape[axis])
-    norms = _norms(operand, axis)
-    if norms.numel() == 0:
-        return None
-    n = norms.numel()
-    for proj in reversed(projections[-12:]):
-        out = proj.out
-        if out is None or out.dim() < 2 or out.shape[-1] % d:  # None: filtered out by the caller
-            continue
-        chunks = out.double().reshape(-1, out.shape[-1] // d, d).norm(dim=-1)  # (tokens, chunks)
-        tokens, groups = chunks.shape
-        candidates = []
-        if tokens * groups == n:
-            candidates.append(chunks.flatten())
-        elif (tokens * groups) % n == 0 and groups % ((tokens * groups) // n) == 0:  # fused q/k/v projection
-            parts = (tokens * groups) // n
-            width = groups // parts
-            candidates += [chunks[:, i * width:(i + 1) * width].flatten() for i in range(parts)]
-        elif n % (tokens * groups) == 0:  # key heads repeated for grouped-query attention
-            repeat = n // (tokens * groups)
-            candidates.append(chunks.flatten().repeat_interleave(repeat))
-        for cand in candidates:
-            c = _scalar_between(norms, cand.sort().values)
-            if c is not None:
-                return c
-    return None
-
-
-def _scalar_between(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    """c with a = c · b elementwise (both sorted), or None when no single scalar fits."""
-    if a.numel() != b.numel():
-        return None
-    denominator = float((b * b).sum())
-    if denominator <= 0:
-        return None
-    c = float((a * b).sum()) / denominator
-    residual = float((a - c * b).abs().max())
-    return c if residual <= 1e-4 * float(a.abs().max()) + 1e-12 else None
-
-
 # ----- judging ---------------------------------------------------------------------------------------
 
 def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]:
@@ -345,14 +309,21 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     module = site.module or "<root>"
     location, related = where
     untraced = [name for name, c in m.traced.items() if c is None]
-    evidence = {**entry, "diagnosis": what}
+    evidence = {**entry, "diagnosis": what,
+                "normalised": {name: [f"{op.short_name} at {op.module}:{op.line}" for op in ops]
+                               for name, ops in m.norms.items()}}
     if known:
         return Finding(ID, Status.WARN, f"attention in '{module}' is {what}, but {known[1]} implies {expected:.4g}: "
                        "the config and the code disagree.", location, evidence, related=related)
     if bias := _position_bias(site, by_index, m.written):
         bug = False
         what += f"; the logits also get an added position bias ({bias})"
-    if untraced and not bug:
+    if bug and set(m.norms) == {"q", "k"}:
+        bug = False  # qk-norm: the norms' learned gains set the temperature, whatever the constant scale
+        what += (f"; q and k are each normalised between their projection and the product "
+                 f"({_norm_ops(m.norms)}), so the norms' learned gains set the softmax temperature and this scale "
+                 "is a qk-norm design, not a missing 1/√d_k")
+    elif untraced and not bug:
         what += f" ({' and '.join(untraced)} not traced to a projection: a qk-norm or a learned temperature?)"
     if bug:
         return Finding(ID, Status.FAIL,
@@ -369,6 +340,10 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     if reason:
         status, message = Status.ACCEPTED, f"{message} (accepted: {reason})"
     return Finding(ID, status, message, location, evidence, row=ROW, related=related)
+
+
+def _norm_ops(norms: dict) -> str:
+    return "; ".join(f"{name}: {norms[name][0].short_name} in '{norms[name][0].module}'" for name in sorted(norms))
 
 
 def _position_bias(site: AttentionSite, by_index: dict, written: torch.Tensor | None) -> str | None:

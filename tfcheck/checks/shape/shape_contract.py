@@ -74,8 +74,47 @@ def _located(ctx, problem: str, finding: Finding) -> Finding:
         return dataclasses.replace(finding, location=location, related=related)
     recording = recorded_probe.shared(ctx).recording
     if problem == "shape" and _last_dim_only(finding):
-        return dataclasses.replace(finding, **_made_by_module(ctx.subject, recording))
+        located = dataclasses.replace(finding, **_made_by_module(ctx.subject, recording))
+        stated = _width_from_config(ctx.subject, recording, int(finding.evidence["output_shape"][2]))
+        return located if stated is None else _stated_width(located, stated)
     return dataclasses.replace(finding, **_made_by_op(recording))
+
+
+def _width_from_config(subject, recording: Recording, width: int) -> str | None:
+    """Where the model's config sets the output's width, when the module that made the output is a projection
+    to ``width`` and a config field other than d_model holds that value (an embedding model's output dimension,
+    a vocabulary projected inside the base model): "config.FIELD = width, Linear 'path'". None otherwise, and
+    where the expected width was declared rather than read off the output's name."""
+    config = getattr(subject.model, "config", None)
+    if config is None or not hasattr(config, "to_dict") or {"d_model", "returns"} & set(subject.declared):
+        return None
+    out = _output_ids(recording)
+    calls = [c for c in recording.calls if c.parent is not None and out & set(c.output_ids)]
+    if not calls:
+        return None
+    path = max(calls, key=lambda c: c.index).path
+    try:
+        module = subject.model.get_submodule(path)
+    except AttributeError:
+        return None
+    if getattr(module, "out_features", None) != width:
+        return None
+    d_model_field = subject.source_of("d_model").removeprefix("config.")
+    fields = [k for k, v in config.to_dict().items()
+              if type(v) is int and v == width and k != d_model_field]
+    if not fields:
+        return None
+    named = " = ".join(f"config.{f}" for f in fields)
+    return f"{named} = {width}, the out_features of {type(module).__name__} '{path}'"
+
+
+def _stated_width(finding: Finding, stated: str) -> Finding:
+    return dataclasses.replace(
+        finding, status=Status.WARN,
+        message=f"{finding.message}. The width is the config's ({stated}, which made the output): the model "
+        "projects the states it names this way to a width its config sets, by design. If this output should "
+        "be d_model wide, that projection is the line to change; else declare output= or returns= to say what "
+        "the output is", evidence={**finding.evidence, "width_from": stated})
 
 
 def _last_dim_only(finding: Finding) -> bool:
