@@ -4,6 +4,7 @@ norm to place. A genuine model error stays a failure."""
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 
 import tfcheck
 import zoo_limitations as zl
@@ -72,3 +73,34 @@ def test_the_plugin_item_of_a_check_found_not_applicable_is_skipped_with_the_rea
     result = runner.result(next(c for c in all_checks() if c.id == "norm.placement"))
     assert result.status is Status.SKIP
     assert result.findings[0].message.startswith("not applicable: no LayerNorm or RMSNorm")
+
+
+class _TrainModeOnly(torch.autograd.Function):
+    """Reformer's reversible layers: the backward refuses to run unless the module is training."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise AssertionError("make sure to use model.train() to put the model into training mode")
+
+
+class BackwardOnlyInTraining(nn.Module):
+    def __init__(self, vocab_size=30, d_model=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, ids):
+        return self.head(_TrainModeOnly.apply(self.emb(ids)))
+
+
+def test_a_model_that_raises_in_its_own_backward_is_inconclusive_never_a_bug_of_tfcheck():
+    result = tfcheck.run_checks(BackwardOnlyInTraining, only=["train.grad_flow"], kind="decoder").models[0].result(
+        "train.grad_flow")
+    finding = result.findings[0]
+    assert result.status is Status.SKIP and finding.message.startswith("inconclusive: the model raised AssertionError")
+    assert "this is a bug in tfcheck" not in finding.message
+    assert finding.location.file.endswith("test_limitations.py") and finding.location.line

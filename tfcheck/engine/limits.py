@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
+from tfcheck.engine.registry import inconclusive
 from tfcheck.explainers.explanation import Explanation
+from tfcheck.probe.frames import raised_in_user_code, short_path
+from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption
 
 #: The assumption's key when a forward raised only under tfcheck's instrumentation.
@@ -108,3 +111,17 @@ def _compiled_methods(module: torch.nn.Module) -> bool:
     classes = [cls for cls in type(module).__mro__ if issubclass(cls, torch.nn.Module) and cls is not torch.nn.Module]
     return any(inspect.isfunction(v) and "_torchdynamo_orig_callable" in vars(v)
                for owner in (vars(module), *(vars(cls) for cls in classes)) for v in list(owner.values()))
+
+
+def raised_by_the_model(check_id: str, exc: Exception) -> Finding | None:
+    """An exception the model's own code raised where tfcheck called it outside a forward it guards (a backward, a
+    custom autograd function, a hook): the check cannot run on this model as tfcheck runs it (gradients in eval
+    mode, for one), which is inconclusive, neither a failure of the model nor a bug of tfcheck."""
+    frame = raised_in_user_code(exc)
+    if frame is None:
+        return None
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return inconclusive(check_id, f"the model raised {type(exc).__name__}: {first_line} at {short_path(frame.filename)}"
+                        f":{frame.lineno}, outside a forward (tfcheck takes gradients and runs its probes in eval "
+                        "mode); this check cannot run on it as it is", Location(file=frame.filename, line=frame.lineno),
+                        {"exception": f"{type(exc).__name__}: {exc}"})

@@ -15,7 +15,7 @@ from tfcheck.engine.battery import all_checks
 from tfcheck.engine.budget import DEFAULT_BUDGET_S, BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
-from tfcheck.engine.limits import InstrumentationLimit, found_not_applicable
+from tfcheck.engine.limits import InstrumentationLimit, found_not_applicable, raised_by_the_model
 from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, inconclusive
@@ -311,7 +311,9 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
         return [Finding(chk.id, Status.FAIL, e.message, e.location, e.evidence, e.row)]
     except UsageError as exc:
         return [Finding(chk.id, Status.FAIL, str(exc), row="forward-fails")]
-    except Exception as exc:  # tfcheck itself broke: say so, never crash the run
+    except Exception as exc:  # tfcheck itself broke (unless the model's code raised): say so, never crash the run
+        if (by_model := raised_by_the_model(chk.id, exc)) is not None:
+            return [by_model]
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return [Finding(chk.id, Status.ERROR, f"{chk.id} raised {type(exc).__name__}: {exc} — {BUG_REPORT}",
                         evidence={"traceback": "".join(tb[-6:])})]

@@ -82,6 +82,13 @@ def short_path(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
+def raised_in_user_code(exc: BaseException) -> traceback.FrameSummary | None:
+    """The frame that raised ``exc`` when it lies in the user's code (a model's, an installed model library's)
+    rather than tfcheck's: the innermost frame that is neither torch's nor the standard library's."""
+    owned = [f for f in traceback.extract_tb(exc.__traceback__) if _kind(f.filename) != "other"]
+    return owned[-1] if owned and _kind(owned[-1].filename) == "user" else None
+
+
 def innermost_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
     """The innermost frame of ``exc``'s traceback in the user's code, if any."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
