@@ -28,9 +28,20 @@ def assert_checks_pass(report_or_model: Any, *, strict: bool = False, **declarat
 
     Raises AssertionError whose message is the rendered findings.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this one
     report = report_or_model if isinstance(report_or_model, Report) else run_checks(report_or_model, **declarations)
     if report.failed(strict=strict):
         from tfcheck.ui.render import render_text
 
-        raise AssertionError("tfcheck found problems:\n" + render_text(report, only_problems=True))
+        raise AssertionError("tfcheck found problems:\n" + render_text(report, only_problems=True)
+                             + "".join(f"{line}\n" for line in _failed_overruns(report)))
     return report
+
+
+def _failed_overruns(report: Report) -> list[str]:
+    """The checks stopped by their time budget in models whose ``budget_overrun`` is "fail": failures of the
+    report, though their status is a skip (which the problems' text leaves out)."""
+    from tfcheck.engine.runner import over_budget
+
+    return [f"over budget (budget_overrun=fail): {m.spec} {r.check}: {f.message}" for m in report.models
+            if m.budget_overrun == "fail" for r in m.results if over_budget(r) for f in r.findings]

@@ -749,8 +749,9 @@ kwargs = {d_model = 48, num_heads = 4}
 def test_one_spec_at_two_sizes_runs_twice_when_each_entry_is_named(pytester, capsys, monkeypatch):
     pytester.makefile(".toml", pyproject=NAMED_ENTRIES)
     result = pytester.runpytest("--tfcheck-all", "-k", "smoke", "--collect-only", "-q")
-    ids = [line for line in result.stdout.lines if line.startswith("tfcheck[")]
-    assert ids == ["tfcheck[small]::forward.smoke", "tfcheck[wide]::forward.smoke"], result.stdout.str()
+    ids = [line for line in result.stdout.lines if "tfcheck[" in line]
+    assert ids == ["pyproject.toml::tfcheck[small]::forward.smoke", "pyproject.toml::tfcheck[wide]::forward.smoke"], (
+        result.stdout.str())
     monkeypatch.chdir(pytester.path)
     json_path = pytester.path / "r.json"
     assert main(["check", "--all", "--only", "forward.smoke", "--json", str(json_path)]) == EXIT_OK

@@ -18,6 +18,13 @@ from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
 ALL_KINDS = frozenset({"encoder", "decoder", "seq2seq", "attention", None})
+#: The groups a check belongs to, with what sets them apart. The pytest plugin registers a marker
+#: ``tfcheck_<group>`` for each before any check is imported (``-m "not tfcheck_training"``), so a new group is
+#: added here first.
+GROUPS = {
+    "probe": "checks that look at forwards of the model",
+    "training": "checks that take optimiser steps on a copy of the model (the slow ones)",
+}
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,10 @@ def check(id: str, title: str, rows: tuple[str, ...], kinds: Any = ALL_KINDS, or
     """Register a check function under ``id``. The battery runs in ``order`` (forward.smoke is 0, cheap
     shape checks come early), then by id. ``flow`` defaults to whether the check's module lies in one of the
     ``FLOW_FAMILIES`` folders."""
+    if group not in GROUPS:
+        raise ValueError(f"check {id!r}: group {group!r} is not one of {', '.join(GROUPS)}; add it to "
+                         "tfcheck.engine.registry.GROUPS")
+
     def register(func: Callable) -> Callable:
         if id in _REGISTRY:
             raise ValueError(f"check id {id!r} registered twice ({_REGISTRY[id].func.__module__} and "
