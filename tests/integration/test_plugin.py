@@ -46,14 +46,14 @@ def test_reference_model_passes(pytester):
     result = pytester.runpytest("--tfcheck", LM)
     applicable, late = item_counts(LM)
     result.assert_outcomes(passed=applicable, skipped=late)  # late: may apply after the trial, skipped if not
-    result.stdout.fnmatch_lines(["*tfcheck summary*", f"*{LM}*PASS*"])
+    result.stdout.fnmatch_lines(["*tfcheck summary*", f"PASS {LM}: * passed, 0 warnings"])
 
 
 def test_failure_shows_findings_and_row_without_internal_traceback(pytester):
     result = pytester.runpytest("--tfcheck", HEADLESS, *FOUNDATION)
     result.assert_outcomes(passed=1, failed=1, deselected=battery_size(HEADLESS) - 2)
     out = result.stdout.str()
-    assert "troubleshooting [output-shape]" in out
+    assert "row [output-shape]" in out
     assert "expected (1, 1, 101)" in out
     assert "Traceback" not in out and "tfcheck/engine/runner.py" not in out and "TfcheckFailure" not in out
 
@@ -87,8 +87,8 @@ def test_accepted_failure_passes_and_is_listed(pytester):
                                 "--tfcheck-set", "accept=shape.contract:hidden states on purpose", *FOUNDATION)
     result.assert_outcomes(passed=2, deselected=battery_size(HEADLESS) - 2)
     summary = " ".join(result.stdout.str().split("tfcheck summary")[1].split())
-    assert "ACCEPTED reference_model.broken:LMWithoutHead shape.contract" in summary
-    assert "(accepted: hidden states on purpose)" in summary
+    assert "ACCEPTED reference_model.broken:LMWithoutHead: 1 passed, 0 warnings, 1 accepted" in summary
+    assert "ACCEPTED shape.contract (accepted: hidden states on purpose)" in summary
 
 
 def test_json_report_validates_against_the_schema(pytester):
@@ -128,7 +128,7 @@ def test_warn_passes_with_a_pytest_warning_and_a_summary_line(pytester, warning_
     result = pytester.runpytest("--tfcheck", LM, "-W", "default", "-k", "smoke or contract or warns")
     result.assert_outcomes(passed=3, warnings=1, deselected=battery_size(LM) - 3)
     result.stdout.fnmatch_lines(["*TfcheckWarning*suspicious but maybe legitimate*",
-                                 "*WARN*test.warns: suspicious but maybe legitimate*"])
+                                 "*WARN test.warns*: suspicious but maybe legitimate*"])
 
 
 def test_strict_turns_warnings_into_failures(pytester, warning_check):

@@ -392,7 +392,8 @@ def _accept(finding: Finding, accepted: dict[str, str]) -> Finding:
     reason = accepted.get(finding.check)
     if reason is None or finding.status is not Status.FAIL:
         return finding
-    return finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
+    return dataclasses.replace(finding, status=Status.ACCEPTED, message=f"{finding.message} (accepted: {reason})",
+                               evidence={**finding.evidence, "accepted": reason})
 
 
 __all__ = ["load_subject", "load_declared", "BUILD_SEED", "run_model", "run_check", "settle_facts", "applicable_checks",

@@ -102,8 +102,9 @@ def summary_view(report: Report, width: int = 100):
         for f in in_cause_order(_problems(list(m.findings()))):
             where = f" at {f.location}" if f.location is not None and f.location.file else ""
             because = f" (explained by {f.explained_by})" if f.explained_by else ""
+            because += f" (accepted: {f.evidence['accepted']})" if "accepted" in f.evidence else ""
             row = f" [row {f.row}]" if f.row else ""
-            line = Text.assemble("  ", status_text(f.status), f" {f.check}{where}{because}{row}: ", f.message)
+            line = Text.assemble("  ", status_text(f.status), f" {f.check}{because}{where}{row}: ", f.message)
             line.truncate(width, overflow="ellipsis")
             lines.append(line)
     return Group(*lines)
