@@ -245,8 +245,8 @@ def test_report_json_validates_against_the_documented_schema():
 
 
 def test_a_correct_model_of_unknown_kind_is_not_a_false_alarm():
-    # docs/examples/mymodel.py declares nothing: its logits must not be judged as an encoder's hidden states.
-    report = tfcheck.run_checks("docs/examples/mymodel.py:Model")
+    # docs/examples/quickstart/mymodel.py declares nothing: its logits must not be judged as an encoder's hidden states.
+    report = tfcheck.run_checks("docs/examples/quickstart/mymodel.py:Model")
     assert {r.status for r in report.models[0].results} == {Status.PASS}, str(report)
     evidence = report.models[0].result("shape.contract").findings[0].evidence
     assert "kind unknown" in evidence["last_dim_from"]
