@@ -119,7 +119,7 @@ def test_the_docs_ci_page_runs_as_written(pytester, monkeypatch):
     """docs/ci.md's pyproject entries, its mymodel.py and the workflow's exact pytest command: JUnit XML with one
     testcase per check, and one ::error line at the model's source line for the one failure."""
     (pyproject,) = fenced("toml")
-    (model_code,) = [code for code in fenced("python") if code.startswith("# mymodel.py\n")]
+    model_code = (DOCS / "examples" / "ci" / "mymodel.py").read_text("utf-8")  # the page shows this file
     pytester.makepyprojecttoml(pyproject)
     (pytester.path / "mymodel.py").write_text(model_code)
     monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))

@@ -83,9 +83,15 @@ def short_path(path: str) -> str:
 
 
 def raised_in_user_code(exc: BaseException) -> traceback.FrameSummary | None:
-    """The frame that raised ``exc`` when it lies in the user's code (a model's, an installed model library's)
-    rather than tfcheck's: the innermost frame that is neither torch's nor the standard library's."""
-    owned = [f for f in traceback.extract_tb(exc.__traceback__) if _kind(f.filename) != "other"]
+    """The frame that raised ``exc`` when it lies in the user's code (a model's, an installed model library's),
+    entered through torch (a backward, a module call) rather than called by tfcheck itself (an observer of its own
+    is tfcheck's code wherever it was written): the innermost frame that is neither torch's nor the standard
+    library's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last_own = max((i for i, f in enumerate(frames) if _kind(f.filename) == "tfcheck"), default=-1)
+    if last_own + 1 < len(frames) and _kind(frames[last_own + 1].filename) == "user":
+        return None  # tfcheck called it directly: a callback of tfcheck's
+    owned = [f for f in frames[last_own + 1:] if _kind(f.filename) != "other"]
     return owned[-1] if owned and _kind(owned[-1].filename) == "user" else None
 
 
