@@ -109,11 +109,23 @@ def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_dra
 @pytest.mark.parametrize("flags,code", [([], EXIT_OK), (["--budget-overrun", "fail"], EXIT_FAIL),
                                         (["--strict"], EXIT_FAIL), (["--strict", "--budget-overrun", "skip"], EXIT_OK),
                                         (["--set", "budget_overrun=fail"], EXIT_FAIL)])
-def test_a_check_over_its_budget_is_a_skip_unless_overruns_fail(flags, code, capsys):
-    args = ["check", "reference_model:TransformerLM", "--only", "train.overfit_batch", "--set", "budget_s=0.05"]
+def test_a_check_over_its_budget_is_a_skip_unless_overruns_fail(flags, code, capsys, tmp_path, monkeypatch):
+    # Each forward naps 0.05 s: the forward probe fits 0.5 s, 30 training steps cannot, however loaded the machine.
+    (tmp_path / "napping.py").write_text(
+        "import time\nfrom torch import nn\n\n\n"
+        "class NappingLM(nn.Module):\n"
+        "    __tfcheck__ = {'kind': 'decoder'}\n\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 50)\n\n"
+        "    def forward(self, input_ids):\n"
+        "        time.sleep(0.05)\n"
+        "        return self.head(self.embed(input_ids))\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "napping.py:NappingLM", "--only", "train.overfit_batch", "--set", "budget_s=0.5"]
     assert main(args + flags) == code
     lines = capsys.readouterr().out.splitlines()
     # the only check run did not decide: SKIP, unless overruns fail
     head = "FAIL, 1 over budget (budget_overrun=fail): train.overfit" if code == EXIT_FAIL else "SKIP"
-    assert lines[0].startswith(f"tfcheck reference_model:TransformerLM  {head}"), lines[0]
+    assert lines[0].startswith(f"tfcheck napping.py:NappingLM  {head}"), lines[0]
     assert lines[-1].startswith(("FAIL" if code == EXIT_FAIL else "SKIP") + " 1 over budget")

@@ -85,7 +85,7 @@ def paths(line: str) -> str:
 
 def normal(line: str) -> str:
     line = paths(line)
-    line = re.sub(r"(<)?\d+(\.\d+)? s\b", "N s", line)
+    line = re.sub(r"\s*<?\d+(\.\d+)? s\b", " N s", line)  # a time column is right-aligned: '<0.01 s' or ' 0.2 s'
     return re.sub(r"\bin \d+\.\d+s\b", "in Ns", line)
 
 

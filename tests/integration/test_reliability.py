@@ -195,7 +195,7 @@ class SpinsInOneModule(nn.Module):
 
 
 #: How late a stop may come on a loaded machine, beyond the op or nap that was running at the deadline.
-LATE_S = 0.5
+LATE_S = 1.5  # CI runs two workers on two cores: a stop 0.5 s late has been seen; the spin runs seconds
 
 
 def test_a_check_over_budget_is_stopped_in_time_and_the_other_checks_run():
