@@ -224,6 +224,7 @@ def test_only_checks_whose_applicability_reads_a_fact_the_trial_settles_are_coll
     subject = load_subject("reference_model:TransformerLM", {})
     late = {c.id for c in may_apply_after_trial(subject, applicable_checks(subject))}
     assert late == set()  # its two inapplicable checks are so by its signature: no forward changes that
-    mymodel = load_subject(str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart" / "mymodel.py") + ":Model")
+    quickstart = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
+    mymodel = load_subject(str(quickstart / "mymodel.py") + ":Model")
     late = {c.id for c in may_apply_after_trial(mymodel, applicable_checks(mymodel))}
     assert late == {"mask.padding", "numerics.nan_source", "embedding.padding"}  # a padding mask built inside
