@@ -314,3 +314,45 @@ def test_deepseek_v4_compressor_shorter_than_its_window_cannot_be_judged_and_tra
     assert [m.rsplit(".", 1)[-1] for m in empty[0].evidence["modules"]] == ["kv_proj", "gate_proj"]
     long = _findings("transformers:DeepseekV4Model", probe_len=128, max_len=128)
     assert not [f for f in long.get(Status.WARN, []) if "no elements" in f.message], long
+
+
+# ----- a decoding cache updated in place ------------------------------------------------------------------
+class StatefulMixer(nn.Module):
+    """A recurrent token mixer in the style of RWKV's: with ``use_cache`` on (its default outside training) it
+    writes its last hidden state into a state tensor in place, which a backward through that forward cannot
+    use."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.mix = nn.Linear(d, d)
+
+    def forward(self, x, use_cache: bool = True):
+        out = torch.tanh(torch.cumsum(self.mix(x), dim=1))  # tanh's backward reads its output
+        if use_cache:
+            state = out[:, -1]
+            state.mul_(1.0)  # the state update: in place, on a tensor the backward needs
+        return out
+
+
+class CachedLM(nn.Module):
+    __tfcheck__ = {"kind": "decoder"}
+
+    def __init__(self, vocab: int = 40, d: int = 16):
+        super().__init__()
+        self.embed, self.mixer, self.head = nn.Embedding(vocab, d), StatefulMixer(d), nn.Linear(d, vocab)
+
+    def forward(self, input_ids, use_cache: bool | None = None):
+        use_cache = not self.training if use_cache is None else use_cache
+        return self.head(self.mixer(self.embed(input_ids), use_cache=use_cache))
+
+
+@pytest.mark.parametrize("check", [GRAD, "train.overfit_batch"])
+def test_a_differentiated_forward_runs_without_the_decoding_cache(check):
+    """Before tfcheck passed use_cache=False to the forwards it differentiates, these were ERRORs ('modified by
+    an inplace operation'), reported as a bug in tfcheck; a user trains in train mode, where the cache is off."""
+    assert result(CachedLM(), check).status is not Status.ERROR, result(CachedLM(), check)
+
+
+def test_rwkv_gradients_flow():
+    pytest.importorskip("transformers")
+    assert result("transformers:RwkvModel", GRAD).status is Status.PASS

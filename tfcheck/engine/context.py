@@ -43,6 +43,7 @@ from tfcheck.model.flat_outputs import output_size
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.observed import Observed, Observer
 from tfcheck.model.outputs import as_checks_read
+from tfcheck.model.structure import without_cache
 from tfcheck.model.subject import PROBE_BATCH, Subject
 from tfcheck.model.trial import Trial
 from tfcheck.model.user_code import user_code
@@ -327,6 +328,8 @@ class CheckContext:
             try:
                 batch, length = output_size(self.subject, args, kwargs)
                 args, kwargs = self.subject.to_model_layout(args, kwargs)  # checks build (batch, length, ...)
+                if grad:
+                    kwargs = without_cache(model, kwargs)
                 with user_code():
                     return as_checks_read(self.subject, model, model(*args, **kwargs), batch, length)
             except Exception as exc:

@@ -97,3 +97,11 @@ def takes_torch_tgt_mask(model: nn.Module) -> bool:
     is causal only when the caller passes the mask, as torch documents."""
     params = forward_params(model)
     return "tgt_mask" in params and "tgt_is_causal" in params and params["tgt_mask"].default is None
+
+
+def without_cache(model: nn.Module, kwargs: dict) -> dict:
+    """A forward that is differentiated keeps no decoding cache: models update theirs in place (RWKV's state),
+    which breaks the backward, and Hugging Face models switch ``use_cache`` off in train mode themselves."""
+    if "use_cache" in kwargs or "use_cache" not in forward_params(model):
+        return kwargs
+    return {**kwargs, "use_cache": False}
