@@ -418,6 +418,10 @@ TRUE_FINDINGS: dict[str, tuple[str, str]] = {
         "get_predict_relative_pos_embeddings (modeling_prophetnet.py:803-821) lays the embeddings out (batch, seq, "
         "ngram, heads) but gathers buckets laid out (ngram, batch, heads, seq): position 0's logits change with the "
         "decoder's length alone (4.6e-4 to 7.1e-4); zeroing the relative embeddings removes it")),
+    "ProphetNetForCausalLM": ("decode.cache", (
+        "as ProphetNetForConditionalGeneration: its logits are the first predicting stream's, whose relative "
+        "position buckets get_predict_relative_pos_embeddings (modeling_prophetnet.py:803-821) gathers in the wrong "
+        "layout; with the decoder's relative_pos_embeddings zeroed decode.cache passes (difference 0)")),
     "MraModel": ("train.grad_flow", (
         "without the hub kernel, mra2_attention returns torch.zeros_like(query).requires_grad_() "
         "(modeling_mra.py:363-364): attention contributes nothing and query, key and value never train")),
