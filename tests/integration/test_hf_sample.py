@@ -26,6 +26,28 @@ SAMPLE: dict[str, dict[str, str]] = {
     "ElectraModel": {},
     "DebertaV2ForMaskedLM": {},
     "DebertaV2Model": {},
+    "MistralForCausalLM": {},  # sliding-window attention
+    "MistralModel": {"train.loss_at_init": NO_HEAD},
+    "Gemma2ForCausalLM": {},  # logit soft-capping, alternating local and global layers
+    "Gemma3ForCausalLM": {},  # q/k norms
+    "Phi3ForCausalLM": {},  # fused qkv projection
+    "GPTNeoXForCausalLM": {},  # partial rotary, parallel residual
+    "CohereForCausalLM": {"train.overfit_batch": (
+        "Cohere multiplies its logits by config.logit_scale (0.0625): in 30 steps the loss falls slowly, and the "
+        "warning says how far it fell")},
+    "MixtralForCausalLM": {},  # mixture of experts
+    "XLMRobertaForMaskedLM": {},  # positions derived from input_ids != pad
+    "MPNetForMaskedLM": {},  # relative position bias
+    "BigBirdForMaskedLM": {"train.grad_flow": (
+        "the masked-LM head never reads the base model's pooled output: its pooler is computed and never read, "
+        "which the warning names")},
+    "M2M100ForConditionalGeneration": {},  # sinusoidal positions, scaled embeddings
+    "MT5ForConditionalGeneration": {
+        "attention.scale": "the T5 family runs unscaled attention by design; the warning names the family",
+        "train.loss_at_init": (
+            "mT5 ties its head to an embedding initialised N(0, 1) and, unlike T5 (scale_decoder_outputs), does not "
+            "rescale the decoder output by d_model**-0.5 (modeling_mt5.py): its logits are large at init, as the "
+            "warning says")},
 }
 
 
