@@ -129,3 +129,12 @@ def test_a_check_over_its_budget_is_a_skip_unless_overruns_fail(flags, code, cap
     head = "FAIL, 1 over budget (budget_overrun=fail): train.overfit" if code == EXIT_FAIL else "SKIP"
     assert lines[0].startswith(f"tfcheck napping.py:NappingLM  {head}"), lines[0]
     assert lines[-1].startswith(("FAIL" if code == EXIT_FAIL else "SKIP") + " 1 over budget")
+
+
+@pytest.mark.parametrize("args", [
+    ["list"], ["table"], ["table", "output-shape"], ["explain", "my dataloader broke"],
+    ["trace", "reference_model:TransformerLM"], ["check", "reference_model:TransformerLM"]])
+def test_no_command_pads_its_lines_with_trailing_spaces(args, capsys):
+    main(args)
+    padded = [line for line in capsys.readouterr().out.splitlines() if line != line.rstrip()]
+    assert not padded, padded[:3]

@@ -26,14 +26,14 @@ def to_string(renderable, width: int = 100, color: bool = False) -> str:
     console = Console(file=buf, width=width, color_system="standard" if color else None, force_terminal=color,
                       highlight=False, soft_wrap=False)
     console.print(renderable)
-    return buf.getvalue()
+    return strip_trailing(buf.getvalue())  # rich pads wrapped lines and table cells to the width
 
 
 def render_text(report: Report, only_problems: bool = False, width: int = 100, color: bool = False,
                 verbose: bool = False) -> str:
     """The compact text report (tfcheck.ui.report_text); ``only_problems`` leaves out the passing checks' lines."""
     shown = report if not only_problems else _problems_only(report)
-    return strip_trailing(to_string(report_view(shown, width, verbose), width, color))
+    return to_string(report_view(shown, width, verbose), width, color)
 
 
 def strip_trailing(text: str) -> str:
