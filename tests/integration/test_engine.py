@@ -162,6 +162,15 @@ def test_accept_turns_a_failure_into_accepted_with_its_reason():
     assert not report.failed()
 
 
+def test_accept_turns_a_warning_into_accepted_too_as_the_warnings_say():
+    plain = tfcheck.run_checks(broken.EmbeddingDrownsPositions, only=["embedding.scale"]).models[0]
+    assert plain.result("embedding.scale").status is Status.WARN
+    report = tfcheck.run_checks(broken.EmbeddingDrownsPositions, only=["embedding.scale"],
+                                accept={"embedding.scale": "scaled on purpose"})
+    result = report.models[0].result("embedding.scale")
+    assert result.status is Status.ACCEPTED and "scaled on purpose" in result.findings[0].message
+
+
 def test_accept_of_an_unknown_check_is_an_error():
     with pytest.raises(DeclarationError, match="unknown check"):
         tfcheck.run_checks("reference_model:TransformerLM", accept={"mask.causl": "typo"})

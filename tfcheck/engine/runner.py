@@ -390,7 +390,7 @@ def over_budget(result: CheckResult) -> bool:
 
 def _accept(finding: Finding, accepted: dict[str, str]) -> Finding:
     reason = accepted.get(finding.check)
-    if reason is None or finding.status is not Status.FAIL:
+    if reason is None or finding.status not in (Status.FAIL, Status.WARN):  # the warnings say accept silences them
         return finding
     return dataclasses.replace(finding, status=Status.ACCEPTED, message=f"{finding.message} (accepted: {reason})",
                                evidence={**finding.evidence, "accepted": reason})
