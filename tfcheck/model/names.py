@@ -43,6 +43,9 @@ ATTENTION_TYPES = ("attention_types",)
 NUM_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "zero_expert_num")
 EXPERT_D_FF = ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
                "expert_ffn_hidden_size")
+#: Experts every token passes through beside the routed ones: a count some configs leave unset (None) for the
+#: checkpoint to state (Dots1 multiplies it into the shared experts' width), filled with 1 then, kept otherwise.
+SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts")
 #: Experts each token is routed to: never more than the experts there are.
 TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts", "moe_topk")
 #: The span of a sliding-window attention (Longformer, LED): their inputs are padded to a multiple of it.
@@ -55,6 +58,9 @@ AXIAL_SHAPE = ("axial_pos_shape",)
 #: and the switch that keeps the first (CLS) position out of the pooling: the shortest length they accept.
 POOLING_BLOCKS = ("block_sizes",)
 SEPARATE_CLS = ("separate_cls",)
+#: The switch that drops the last position before each pooling of a sequence whose first is kept out (Funnel's
+#: truncate_seq): the kept position then costs no extra pooled position.
+TRUNCATE_SEQ = ("truncate_seq",)
 #: Config fields giving the stride a model pools the sequence by once (a pooling window of that many positions).
 DOWNSAMPLING_RATES = ("downsampling_rate",)
 #: Per-layer patterns of hybrid models (a kind per layer, or a unit the config repeats over the layers): a default

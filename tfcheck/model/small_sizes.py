@@ -28,7 +28,7 @@ SMALL_BY_QUANTITY: dict[str, Any] = {
     # Longformer pads every input to a multiple of its window (512 by default): 16 holds the probes in one.
     "ATTENTION_WINDOW": 16,
     # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
-    "NUM_EXPERTS": 4, "EXPERT_D_FF": 64, "TOP_K": 2,
+    "NUM_EXPERTS": 4, "EXPERT_D_FF": 64, "TOP_K": 2, "SHARED_EXPERTS": 1,
     # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
     "BOS_TOKEN_ID": 1, "EOS_TOKEN_ID": 2,
 }
@@ -45,6 +45,7 @@ _TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ROTARY_DIM", names.ROTARY_DIM), ("ATTENTION_TYPES", names.ATTENTION_TYPES),
     ("ATTENTION_WINDOW", names.ATTENTION_WINDOW),
     ("NUM_EXPERTS", names.NUM_EXPERTS), ("EXPERT_D_FF", names.EXPERT_D_FF), ("TOP_K", names.TOP_K),
+    ("SHARED_EXPERTS", names.SHARED_EXPERTS),
     ("BOS_TOKEN_ID", names.BOS_TOKEN_ID), ("EOS_TOKEN_ID", names.EOS_TOKEN_ID),
 )
 EXACT: dict[str, str] = {}
@@ -54,8 +55,10 @@ for _quantity, _names in _TABLES:
 PATTERNS = tuple((re.compile(pattern), quantity) for pattern, quantity in names.NAME_PATTERNS)
 
 #: Small values for the exact names (what the model layer has always filled a constructor with). Not top-k:
-#: only derived (kept unless above the experts), so a config's own routing stays as written.
-SMALL_VALUES: dict[str, Any] = {name: SMALL_BY_QUANTITY[q] for name, q in EXACT.items() if q != "TOP_K"}
+#: only derived (kept unless above the experts), so a config's own routing stays as written; nor the shared
+#: experts, filled only where unset.
+_DERIVED = ("TOP_K", "SHARED_EXPERTS")
+SMALL_VALUES: dict[str, Any] = {name: SMALL_BY_QUANTITY[q] for name, q in EXACT.items() if q not in _DERIVED}
 
 _SPECIAL_IDS = ("PAD_ID", "BOS_TOKEN_ID", "EOS_TOKEN_ID")
 #: Quantities shrunk to their small value when their default is above it.
@@ -118,7 +121,7 @@ def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = Tr
     for n in free:
         if q[n] in _SIZES and (unset(n) or large(n)):
             new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
-        elif q[n] in ("DROPOUT", "ATTENTION_TYPES") and unset(n):
+        elif q[n] in ("DROPOUT", "ATTENTION_TYPES", "SHARED_EXPERTS") and unset(n):
             new[n] = SMALL_BY_QUANTITY[q[n]]  # type: ignore[index]
 
     # Heads, then the width they divide: heads x 8 unless the user fixed the width.
@@ -178,11 +181,16 @@ def hugging_face_values(model_class: str, defaults: Mapping[str, Any], small: Ma
                         given: Mapping[str, Any]) -> dict[str, Any]:
     """What a Hugging Face config needs beyond ``small`` (tfcheck's small values of the names its __init__ takes,
     ``defaults`` those names' defaults, ``given`` the user's) for ``model_class`` to build and run: routing to
-    no more experts than the small config has (Qwen3-MoE routes 8 of its 128 by default), and, for a causal-LM
-    head (names.HF_CAUSAL_HEADS) of a config with the decoder switch, the switch on."""
+    no more experts than the small config has (Qwen3-MoE routes 8 of its 128 by default), a shared-expert count
+    the config leaves unset, and, for a causal-LM head (names.HF_CAUSAL_HEADS) of a config with the decoder
+    switch, the switch on."""
     values = {**defaults, **small, **given}
-    top_k = [n for n in values if quantity(n) == "TOP_K" and n not in given]
-    out = plan(values, top_k)
+    derived = [n for n in values if quantity(n) in _DERIVED and n not in given]
+    # A vocabulary named by pattern only (a padded vocabulary's true size, the LM head's width: Inkling 2's
+    # unpadded_vocab_size) is not among the exact names ``small`` holds: shrunk with them where its default is set.
+    vocabularies = [n for n in values if n not in small and n not in given and n not in EXACT
+                    and quantity(n) == "VOCAB_SIZE" and _int(values[n])]
+    out = plan(values, derived + vocabularies)
     out.update(_axial(values, given))
     switch = names.HF_DECODER_SWITCH
     if model_class.endswith(names.HF_CAUSAL_HEADS) and switch in defaults and switch not in given \

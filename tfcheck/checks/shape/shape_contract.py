@@ -3,9 +3,12 @@ is finite."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
+from tfcheck.checks.shape.declared_length import at_declared_length, pooled_note, size_text
+from tfcheck.checks.shape.stream_width import as_streams, concatenated_streams
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check
 from tfcheck.model import flat_outputs
@@ -50,7 +53,9 @@ def shape_contract(ctx) -> list[Finding]:
             unreadable.append(Finding(ID, Status.SKIP, f"inconclusive: {reason}", evidence={
                 "batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)}))
             continue
-        verdicts.append(_judge(probe.output, batch, out_length, allowed, why, param_dtype))
+        verdict = _judge(probe.output, batch, out_length, allowed, why, param_dtype)
+        judge = functools.partial(_judge, probe.output, batch, allowed=allowed, why=why, param_dtype=param_dtype)
+        verdicts.append(at_declared_length(subject, probe.output, out_length, verdict, judge))
     if unreadable:  # said at the standard probe where it shows there (length 1 may leave no row at all)
         return [next((f for f in unreadable if f.evidence["batch"] == PROBE_BATCH), unreadable[0])]
     return _with_head_choice(subject, _grouped(verdicts, lambda problem, f: _located(ctx, problem, f)))
@@ -75,8 +80,12 @@ def _located(ctx, problem: str, finding: Finding) -> Finding:
     recording = recorded_probe.shared(ctx).recording
     if problem == "shape" and _last_dim_only(finding):
         located = dataclasses.replace(finding, **_made_by_module(ctx.subject, recording))
-        stated = _width_from_config(ctx.subject, recording, int(finding.evidence["output_shape"][2]))
-        return located if stated is None else _stated_width(located, stated)
+        width = int(finding.evidence["output_shape"][2])
+        stated = _width_from_config(ctx.subject, recording, width)
+        if stated is not None:
+            return _stated_width(located, stated)
+        streams = concatenated_streams(ctx.subject, recording, width, finding.evidence["expected_shape"][2])
+        return located if streams is None else as_streams(located, streams)
     return dataclasses.replace(finding, **_made_by_op(recording))
 
 
@@ -217,18 +226,20 @@ def _grouped(verdicts: list[Finding], locate) -> list[Finding]:
         if v.status is not Status.PASS:
             problems.setdefault(v.evidence["problem"], []).append(v)
     if not problems:
-        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in verdicts]
+        sizes = [size_text(v.evidence) for v in verdicts]
         last = verdicts[-1]
         last_dim = last.evidence["output_shape"][2]
-        return [Finding(ID, Status.PASS, f"output is (batch, length, {last_dim}), "
-                        f"{last.evidence['dtype'].replace('torch.', '')} and finite at output batch x length "
-                        f"{', '.join(sizes)}", last.location,
+        pooled = pooled_note(verdicts)
+        axes = "batch x input length->output length" if pooled else "output batch x length"
+        return [Finding(ID, Status.PASS, f"output is (batch, {'pooled ' * bool(pooled)}length, {last_dim}), "
+                        f"{last.evidence['dtype'].replace('torch.', '')} and finite at {axes} "
+                        f"{', '.join(sizes)}{pooled}", last.location,
                         {"sizes": sizes, "last_dim_from": last.evidence["last_dim_from"],
                          "checked": [{k: x for k, x in v.evidence.items() if k != "problem"} for v in verdicts]})]
     out = []
     for problem, group in problems.items():
         first = group[0]
-        sizes = [f"{v.evidence['batch']}x{v.evidence['length']}" for v in group]
+        sizes = [size_text(v.evidence) for v in group]
         evidence = {**{k: v for k, v in first.evidence.items() if k != "problem"}, "failing_sizes": sizes}
         also = f" (also at {', '.join(sizes[1:])})" if len(sizes) > 1 else ""
         out.append(locate(problem, Finding(ID, first.status, first.message + also, first.location, evidence,
