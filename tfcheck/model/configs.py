@@ -17,31 +17,20 @@ import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from tfcheck.errors import SpecError
 from tfcheck.model import names
+from tfcheck.model.config_source import ConfigSource
+from tfcheck.model.hf_configs import hugging_face_source
 from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_invariants import hugging_face_invariants
-from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_layouts, hugging_face_values, is_unset, plan, quantity
+from tfcheck.model.small_sizes import SMALL_VALUES, is_unset, plan, quantity
 from tfcheck.model.user_code import user_code
 
 #: A required field (no default).
 REQUIRED = inspect.Parameter.empty
 #: Modules whose classes are never a model's config (an annotation ``cfg: dict`` says nothing of the fields).
 _NOT_CONFIG_MODULES = ("builtins", "typing", "collections", "types", "argparse", "torch", "numpy")
-
-
-@dataclass
-class ConfigSource:
-    """A config to build the model from: where it came from, a fresh one per ``make()``, and which of its
-    fields tfcheck filled (unset, required or recorded) or shrank (name -> (default, small))."""
-
-    where: str
-    make: Callable[[], Any]
-    filled: dict[str, Any] = field(default_factory=dict)
-    shrunk: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 #: ``record(recorder)`` builds the model once with the recording config (its other arguments filled) and
@@ -61,7 +50,7 @@ def config_for(origin: Any, param: inspect.Parameter, given: Mapping[str, Any] |
     given = dict(given or {})
     hf_class = getattr(origin, "config_class", None)
     if inspect.isclass(hf_class):
-        return _hugging_face(origin, hf_class, given, shrink)
+        return hugging_face_source(origin, hf_class, given, shrink)
     annotated = annotation_class(origin, param)
     if annotated is not None:
         source = class_source(annotated, given, shrink, f"{annotated.__name__} (the annotation of {param.name})")
@@ -316,41 +305,6 @@ def _module_level(module: Any, needed: set[str], given: Mapping[str, Any], shrin
 def _module_label(module: Any) -> str:
     file = getattr(module, "__file__", None)
     return str(file).replace("\\", "/").rsplit("/", 1)[-1] if file else str(module.__name__)
-
-
-def _hugging_face(origin: Any, cls: type, given: Mapping[str, Any], shrink: bool) -> ConfigSource:
-    """A Hugging Face config class: every hyper-parameter its __init__ names gets tfcheck's small value (its
-    defaults describe released checkpoints, the small config is what tfcheck has always checked them at)."""
-    try:
-        init_names = set(inspect.signature(cls).parameters)
-    except (TypeError, ValueError):
-        init_names = set()
-    small = {n: v for n, v in SMALL_VALUES.items() if n in init_names} if shrink else {}
-    # what the family needs beyond the sizes to build and run: top-k routing within the experts left, a causal-LM
-    # head's is_decoder switch on (Reformer's LM head refuses to build without it, RoBERTa's runs bidirectional)
-    small.update(hugging_face_values(getattr(origin, "__name__", ""), _defaults(cls), small, given))
-    objects = {k: to_config_object(v) for k, v in given.items()}
-    if shrink:  # the family's invariants, a hybrid model's every kind of layer, mrope sections within the small heads
-        small.update(hugging_face_invariants(cls, init_names, {**small, **objects}, given))
-        small.update(hugging_face_layouts(cls, init_names, {**small, **objects}, given))
-    arguments = {**small, **objects}
-    try:
-        cls(**copy.deepcopy(arguments))
-    except Exception as exc:  # noqa: BLE001 - the config's own validation, said as it is
-        raise SpecError(
-            f"tfcheck builds {getattr(origin, '__name__', origin)} from a small {cls.__name__} "
-            f"({', '.join(f'{k}={v}' for k, v in sorted(arguments.items()))}), and the config refused it: "
-            f"{type(exc).__name__}: {exc}. Give tfcheck a factory that builds the model from a config you set up "
-            "(spec path/to/file.py:make_model), or an instance") from None
-    return ConfigSource(f"{cls.__name__} (its config_class)", lambda: cls(**copy.deepcopy(arguments)),
-                        filled={k: v for k, v in small.items() if k not in given})
-
-
-def _defaults(cls: type) -> dict[str, Any]:
-    try:
-        return {n: p.default for n, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
-    except (TypeError, ValueError):
-        return {}
 
 
 def missing_field_message(origin: Any, spec: str, param: str, missed: str, recorder: RecordingConfig,

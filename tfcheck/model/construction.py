@@ -1,6 +1,9 @@
 """Constructing the model a spec names: its arguments filled (hyper-parameter names, a config from wherever the
 model keeps one, the run's device), large defaults shrunk with their invariants kept, a build too large for
-memory refused, and a constructor that refuses the shrunk sizes built at its defaults instead.
+memory refused, and a constructor that refuses the small config retried without tfcheck's own choices in it
+(tfcheck.model.small_retries: its dropout rates, a width beside the small d_model, a sub-config made small), then
+built at its defaults. Its error names the config fields it read that the config leaves unset
+(tfcheck.model.config_reads).
 
 Every build draws fresh arguments (``Arguments.make``): a constructor that mutates its config gets its own for
 the size guard's meta build and for the real one. Models are built from a fixed seed (``built_seeded``).
@@ -8,12 +11,14 @@ the size guard's meta build and for the real one. Models are built from a fixed 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfcheck.errors import SpecError
+from tfcheck.model.config_reads import declaration_hint, unset_reads
 from tfcheck.model.configs import ConfigSource, config_for, is_config_param
 from tfcheck.model.construction_sites import ConstructionSites, watched_build
 from tfcheck.model.loaded import Loaded
@@ -157,29 +162,50 @@ def build(origin: Any, spec: str, kwargs: Mapping[str, Any], shrink: bool = True
     try:
         model, given, sites = _construct(origin, arguments, spec)
     except _Refused as refused:
-        if not arguments.all_shrunk:
+        retried = _retried(origin, arguments, spec, refused)
+        if retried is not None:
+            model, given, sites, arguments = retried
+        elif not arguments.all_shrunk:
             raise refused.error from None
-        # The constructor refused the shrunk sizes: a size constraint of the model, so build it as written.
-        defaults = plan_arguments(origin, kwargs, spec, False, device)
-        try:
-            model, given, sites = _construct(origin, defaults, spec)
-        except _Refused:
-            raise refused.error from None
-        constraint = (f"{changes_text(arguments.all_shrunk)} refused: {refused.what}{refused.where}; built at the "
-                      "defaults")
-        arguments = defaults
+        else:
+            # The constructor refused the shrunk sizes: a size constraint of the model, so build it as written.
+            defaults = plan_arguments(origin, kwargs, spec, False, device)
+            try:
+                model, given, sites = _construct(origin, defaults, spec)
+            except _Refused:
+                raise refused.error from None
+            constraint = (f"{changes_text(arguments.all_shrunk)} refused: {refused.what}{refused.where}; built at "
+                          "the defaults")
+            arguments = defaults
     filled = {k: given[k] if k in arguments.configs else v for k, v in arguments.filled.items()}
     return Loaded(model, spec, origin, filled, shrunk=arguments.all_shrunk, config_filled=arguments.config_filled,
                   config_sources={k: s.where for k, s in arguments.configs.items()}, kwargs=kwargs, shrink=shrink,
                   device=device, size_constraint=constraint, sites=sites)
 
 
+def _retried(origin: Any, arguments: Arguments, spec: str,
+             refused: _Refused) -> tuple[Any, dict[str, Any], ConstructionSites, Arguments] | None:
+    """The model built from a config with some of tfcheck's choices given up (ConfigSource.retries), its source
+    saying what and why; None when every retry is refused too."""
+    for name, source in arguments.configs.items():
+        for retry in source.retries:
+            why = f" (the constructor refused tfcheck's first choice: {refused.what}{refused.where}{refused.hint})"
+            configs = {**arguments.configs, name: dataclasses.replace(retry, where=retry.where + why)}
+            candidate = dataclasses.replace(arguments, configs=configs)
+            try:
+                model, given, sites = _construct(origin, candidate, spec)
+            except (_Refused, SpecError):
+                continue
+            return model, given, sites, candidate
+    return None
+
+
 class _Refused(Exception):
     """The constructor raised: the SpecError to report, and what raised where (for a size constraint)."""
 
-    def __init__(self, error: SpecError, what: str, where: str):
+    def __init__(self, error: SpecError, what: str, where: str, hint: str = ""):
         super().__init__(str(error))
-        self.error, self.what, self.where = error, what, where
+        self.error, self.what, self.where, self.hint = error, what, where, hint
 
 
 def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[str, Any], ConstructionSites]:
@@ -214,12 +240,14 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
         raise SpecError(f"constructing {spec} stopped: {exc}") from None
     except Exception as exc:
         where = user_frame(exc)
+        hint = declaration_hint(unset_reads(exc, given))
         error = SpecError(
-            f"constructing {spec}({fmt_args(given)}) raised {type(exc).__name__}: {exc}{where}. "
-            "Give the constructor arguments it needs with the 'kwargs' declaration, e.g. "
+            f"constructing {spec}({fmt_args(given)}) raised {type(exc).__name__}: {exc}{where}." + (hint or
+            " Give the constructor arguments it needs with the 'kwargs' declaration, e.g. "
             "kwargs='{\"vocab_size\": 1000}' (tfcheck check --set, pytest --tfcheck-set), or point the spec at "
-            "a factory function that builds the model.")
-        raise _Refused(error, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, where) from None
+            "a factory function that builds the model."))
+        raise _Refused(error, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, where,
+                       hint) from None
     if not isinstance(model, nn.Module):
         raise SpecError(
             f"{spec} returned a {type(model).__name__}, not an nn.Module. Point the spec at the model class "

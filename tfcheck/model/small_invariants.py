@@ -7,7 +7,9 @@ config's fields, its defaults and the values it derives itself, never from a cla
 - grouped expert routing fits the small experts (8 groups of 4 experts hold none);
 - state-space heads x their width = expand x d_model (Mamba-2's heads, which the config validates);
 - a width the config derives by a factor and rounds is exact, as at the defaults (the modeling code may not round);
-- sections of the layer stack (input, recurrent, output layers) sum to the layer count and each keeps a layer.
+- sections of the layer stack (input, recurrent, output layers) sum to the layer count and each keeps a layer;
+- a section within the stack (Gemma 3n's layers reusing an earlier layer's kv cache, Lfm2-MoE's dense layers
+  before the experts) leaves layers outside it, of every kind of layer the stack has.
 
 Plain arithmetic on config objects: importing it imports no torch.
 """
@@ -82,7 +84,8 @@ def hugging_face_invariants(build: Callable[..., Any], fields: Iterable[str], va
         return {}
     settable = {n for n in set(fields) - set(given) if n in values or _int(signature.get(n))}
     out: dict[str, Any] = {}
-    for rule in (_grouped_kv_heads, _exact_width_factors, _head_parts, _expert_groups, _ssm_heads, _layer_sections):
+    for rule in (_grouped_kv_heads, _exact_width_factors, _head_parts, _expert_groups, _ssm_heads, _layer_sections,
+                 _sections_within):
         current = {**values, **out}
         try:
             small = build(**copy.deepcopy(current))
@@ -246,4 +249,27 @@ def _layer_sections(c: _Configs) -> dict[str, Any]:
     out: dict[str, Any] = {n: 1 for n in sections if n in c.settable}
     if total_name in c.settable:
         out[total_name] = len(sections) if len(out) == len(sections) else max(total or 0, len(sections))
+    return out
+
+
+def _sections_within(c: _Configs) -> dict[str, Any]:
+    """Sections of the stack counted apart from the rest (not summing to the layer count with other sections)
+    that leave layers outside them by default: in the small stack too, each section a layer and the rest a layer
+    of every kind (names.LAYER_KINDS_VIEW), the kinds a section's layers reuse the cache of."""
+    total_name, total_was = _first(c.default, names.NUM_LAYERS)
+    if total_name is None:
+        return {}
+    sections = [n for n in _fields(c.default) if re.fullmatch(names.LAYER_SECTIONS, n) and n not in names.NUM_LAYERS
+                and _int(v := _get(c.default, n)) and 0 < v < total_was]
+    if not sections or sum(_get(c.default, n) for n in sections) == total_was:
+        return {}  # none, or sections that tile the stack (_layer_sections)
+    kinds = len(set(_get(c.default, names.LAYER_KINDS_VIEW) or ())) or 1
+    small = {n: _get(c.small, n) for n in sections}
+    total = _get(c.small, total_name)
+    if not all(_int(v) for v in small.values()) or not _int(total) or total - sum(small.values()) >= kinds:
+        return {}
+    out: dict[str, Any] = {n: 1 for n, v in small.items() if n in c.settable and v > 1}
+    inside = sum(out.get(n, v) for n, v in small.items())
+    if total - inside < kinds and total_name in c.settable:
+        out[total_name] = inside + kinds
     return out

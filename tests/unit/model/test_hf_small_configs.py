@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 import tfcheck  # noqa: E402
-from tfcheck.model.configs import _hugging_face  # noqa: E402
+from tfcheck.model.hf_configs import hugging_face_source  # noqa: E402
 from tfcheck.model.small_sizes import _proportional  # noqa: E402
 
 HYBRID = ["Qwen3NextForCausalLM", "Qwen3NextModel", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
@@ -27,7 +27,7 @@ def small_and_default(name: str):
     if model is None:
         pytest.skip(f"transformers {transformers.__version__} has no {name}")
     cls = model.config_class
-    return _hugging_face(model, cls, {}, True).make(), cls()
+    return hugging_face_source(model, cls, {}, True).make(), cls()
 
 
 @pytest.mark.parametrize("name", HYBRID)
@@ -59,7 +59,7 @@ def test_the_sections_keep_their_proportions_and_one_frequency_each_where_there_
 
 def test_a_user_given_layer_pattern_is_kept():
     given = {"num_hidden_layers": 2, "layer_types": ["linear_attention", "linear_attention"]}
-    source = _hugging_face(transformers.Qwen3NextModel, transformers.Qwen3NextConfig, given, True)
+    source = hugging_face_source(transformers.Qwen3NextModel, transformers.Qwen3NextConfig, given, True)
     assert source.make().layer_types == ["linear_attention", "linear_attention"]
 
 
@@ -70,6 +70,7 @@ def test_forward_smoke_passes_on_the_small_config(name):
 
 
 def test_a_user_given_layer_count_is_kept_and_the_pattern_covers_it():
-    source = _hugging_face(transformers.Qwen3NextModel, transformers.Qwen3NextConfig, {"num_hidden_layers": 3}, True)
+    source = hugging_face_source(transformers.Qwen3NextModel, transformers.Qwen3NextConfig, {"num_hidden_layers": 3},
+                                 True)
     config = source.make()
     assert config.num_hidden_layers == 3 and set(config.layer_types) == {"linear_attention", "full_attention"}
