@@ -201,6 +201,71 @@ def test_an_indexer_whose_scores_are_used_through_detach_still_fails():
     assert found[Status.FAIL][0].evidence["modules"] == ["layers.0.indexer", "layers.1.indexer"]
 
 
+
+class _PackedIndexer(_Indexer):
+    """Glm5Next's style: the indexer packs its keys and the padding mask as one tensor (so one cache holds both)
+    and reads them back apart, by a split and by the mask's channel, which its layer's attention also applies;
+    ``channel`` is the one read back as the mask (-1: the mask's own)."""
+
+    channel = -1
+
+    def forward(self, x, mask):
+        keys = self.key(x)
+        visible = mask[:, 0].any(-2)  # (b, s): keys some query may see
+        packed = torch.cat([keys, visible.to(keys.dtype)[..., None]], dim=-1)
+        keys, _ = torch.split(packed, [keys.shape[-1], 1], dim=-1)
+        visible = packed[..., self.channel].bool()
+        scores = (self.q(x) @ keys.transpose(-1, -2)).masked_fill(~mask[:, 0], float("-inf"))
+        return *scores.topk(self.k, dim=-1), visible
+
+
+class _KeyChannelAsMask(_PackedIndexer):
+    channel = 0  # the bug: a key channel, computed from the indexer's parameters, read back as the mask
+
+
+class _PackedSparseLayer(_SparseLayer):
+    def __init__(self, layer: nn.Module, d_model: int, indexer: type[_PackedIndexer]):
+        super().__init__(layer, d_model)
+        self.indexer = indexer(d_model)
+
+    def forward(self, x, mask):
+        _, picked, visible = self.indexer(x, mask)
+        keep = torch.zeros_like(mask).expand(-1, -1, x.shape[1], -1).scatter(-1, picked[:, None], True)
+        return self.layer(x, mask & keep & visible[:, None, None, :])
+
+
+class PackedMaskIndexer(TransformerLM):
+    """Correct: as TopKIndexer, with Glm5Next's packed indexer."""
+
+    indexer = _PackedIndexer
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        self.layers = nn.ModuleList(_PackedSparseLayer(layer, self.config.d_model, self.indexer)
+                                    for layer in self.layers)
+
+
+class KeyChannelReadAsMask(PackedMaskIndexer):
+    """The bug: the packed tensor is read back at a key channel where the mask was meant, so the attention's mask
+    is made from the indexer's keys by a bool(), which carries no gradient."""
+
+    indexer = _KeyChannelAsMask
+
+
+def test_a_padding_mask_packed_beside_the_keys_and_read_back_is_no_use_of_the_keys():
+    found = _findings(PackedMaskIndexer)
+    assert set(found) == {Status.WARN}, found
+    (finding,) = found[Status.WARN]
+    assert finding.row == "gradient-only-through-indices", finding
+    assert finding.evidence["selections"] == [finding.evidence["selections"][0]]
+    assert finding.evidence["selections"][0].startswith("topk at"), finding.evidence
+
+
+def test_a_key_channel_of_the_packed_tensor_read_back_as_the_mask_still_fails():
+    found = _findings(KeyChannelReadAsMask)
+    assert set(found) == {Status.FAIL}, found
+    assert found[Status.FAIL][0].evidence["modules"] == ["layers.0.indexer", "layers.1.indexer"]
+
 # ----- a module of whole windows, an attention that returns zeros --------------------------------------------
 
 class _WindowSummary(nn.Module):
@@ -292,6 +357,22 @@ def test_deepseek_v32_sparse_attention_indexer_warns_with_its_topk():
     assert finding.location.file.endswith("modeling_deepseek_v32.py")
 
 
+def test_glm5_next_indexer_packs_its_mask_beside_its_keys_and_warns_at_either_length():
+    """Glm5Next's indexer (modeling_glm5_next.py, Glm5NextTextIndexer.forward) packs the padding mask as one more
+    channel beside its keys (torch.cat([k, gate_scores, valid_channel])) and reads it back (packed_states[..., -1]
+    .bool(), torch.split): no use of its keys. Its pools are index_kpool (16) tokens long: at the probe length none
+    is complete (nothing is computed from its parameters); at 32 tokens it is read through its topk."""
+    pytest.importorskip("transformers")
+    short = _findings("transformers:Glm5NextTextModel")
+    assert set(short) == {Status.WARN}, short
+    assert "no elements" in short[Status.WARN][0].message
+    long = _findings("transformers:Glm5NextTextModel", probe_len=32)
+    assert set(long) == {Status.WARN}, long
+    (finding,) = long[Status.WARN]
+    assert finding.row == "gradient-only-through-indices" and "topk at" in finding.message
+    assert finding.evidence["modules"] == ["layers.1.self_attn.indexer"]
+
+
 def test_mra_without_its_kernel_fails_at_the_zeros_its_attention_returns():
     """A true finding: without the hub kernel, MRA's attention returns torch.zeros_like(query).requires_grad_()
     (transformers' modeling_mra.mra2_attention), so query, key and value never train."""
@@ -311,7 +392,7 @@ def test_deepseek_v4_compressor_shorter_than_its_window_cannot_be_judged_and_tra
     found = _findings("transformers:DeepseekV4Model")
     assert Status.FAIL not in found, found
     empty = [f for f in found[Status.WARN] if "no elements" in f.message]
-    assert [m.rsplit(".", 1)[-1] for m in empty[0].evidence["modules"]] == ["kv_proj", "gate_proj"]
+    assert {m.rsplit(".", 1)[-1] for m in empty[0].evidence["modules"]} == {"kv_proj", "gate_proj"}  # each HCA layer
     long = _findings("transformers:DeepseekV4Model", probe_len=128, max_len=128)
     assert not [f for f in long.get(Status.WARN, []) if "no elements" in f.message], long
 

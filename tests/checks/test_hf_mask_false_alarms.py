@@ -241,3 +241,81 @@ def test_cpmant_decodes_with_the_whole_sequence_and_its_bidirectional_forward_st
     result = _result("transformers:CpmAntForCausalLM", CACHE)
     assert result.status is Status.FAIL, str(result)
     assert "raised" not in result.findings[0].message
+
+
+# ----- a sequence resampled by a strided convolution -----------------------------------------------------------
+
+class Downsampled(nn.Module):
+    """Canine's style: characters attended under the mask, convolved into molecules of two characters (kernel =
+    stride), the molecules attended under the mask max-pooled with them, then repeated back to characters. A molecule
+    of a pad and a real character reads the pad by design; one of pads only is masked."""
+
+    masks_molecules = True
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D, padding_idx=0)
+        self.chars = nn.MultiheadAttention(D, 2, batch_first=True)
+        self.down = nn.Conv1d(D, D, kernel_size=2, stride=2)
+        self.molecules = nn.MultiheadAttention(D, 2, batch_first=True)
+        self.out = nn.Linear(2 * D, D)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.emb(input_ids)
+        x = x + self.chars(x, x, x, key_padding_mask=attention_mask == 0, need_weights=False)[0]
+        m = self.down(x.transpose(1, 2)).transpose(1, 2)
+        real = nn.functional.max_pool1d(attention_mask[:, None].float(), 2, 2)[:, 0] > 0
+        pads = ~real if self.masks_molecules else None
+        m = m + self.molecules(m, m, m, key_padding_mask=pads, need_weights=False)[0]
+        up = m.repeat_interleave(2, dim=1)
+        up = torch.cat([up, m[:, -1:].expand(-1, x.shape[1] - up.shape[1], -1)], dim=1)  # an odd last character
+        return self.out(torch.cat([x, up], dim=-1))
+
+
+class DownsampledMoleculesUnmasked(Downsampled):
+    """The bug: the molecules' attention gets no mask, so molecules of pads only are attended."""
+
+    masks_molecules = False
+
+
+def test_a_strided_convolution_with_its_resampled_mask_is_a_warning_that_names_the_convolution():
+    result = _result(Downsampled, PADDING, kind="encoder")
+    assert result.status is Status.WARN, str(result)
+    finding = result.findings[0]
+    assert finding.message.startswith("padding read by design"), finding.message
+    assert "resamples the 10 positions to 5" in finding.message, finding.message
+    mixing = finding.evidence["local_mixing"]
+    assert mixing["op"] == "conv1d" and mixing["resampled"]["attention_masked_per_sample"] is True, mixing
+    assert mixing["resampled"]["attention_lengths"] == [5], mixing
+    with open(finding.location.file) as source:
+        assert "self.down(" in source.read().splitlines()[finding.location.line - 1]
+
+
+def test_a_strided_convolution_does_not_excuse_a_resampled_sequence_attended_without_a_mask():
+    result = _result(DownsampledMoleculesUnmasked, PADDING, kind="encoder")
+    assert result.status is Status.FAIL, str(result)
+    assert result.findings[0].evidence["pattern"] == "padding leak", result.findings[0]
+    assert "local_mixing" not in result.findings[0].evidence
+
+
+def test_canine_downsampling_convolution_warns():
+    """Canine (modeling_canine.py, CharactersToMolecules) convolves characters into molecules with kernel = stride =
+    config.downsampling_rate: a molecule of pads and real characters reads the pads; the molecules' attention is
+    masked with the mask max-pooled alike (CanineModel._downsample_attention_mask)."""
+    pytest.importorskip("transformers")
+    result = _result("transformers:CanineModel", PADDING)
+    assert result.status is Status.WARN, str(result)
+    mixing = result.findings[0].evidence["local_mixing"]
+    assert mixing["op"] == "conv1d" and "modeling_canine.py" in mixing["line"], mixing
+    assert mixing["resampled"]["attention_masked_per_sample"] is True, mixing
+
+
+def test_deepseek_v4_compressed_attention_still_fails():
+    """A true finding: DeepseekV4Attention.forward (modeling_deepseek_v4.py:840) calls its compressor without the
+    attention mask; the compressor pools every window of compress_rates['compressed_sparse_attention'] tokens, pads
+    included (:684), and its block_bias, concatenated to the mask (:851), carries causality and the indexer's picks
+    only (:711), so real queries attend to compressed entries of pads, even to a window of pads only."""
+    pytest.importorskip("transformers")
+    result = _result("transformers:DeepseekV4Model", PADDING)
+    assert result.status is Status.FAIL, str(result)
+    assert "local_mixing" not in result.findings[0].evidence

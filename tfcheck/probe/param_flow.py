@@ -13,13 +13,17 @@ Dependence is followed op by op: an op with a tensor computed from the parameter
 outputs computed from them (an in-place op makes its first argument so). A float output with elements carries
 them as values; an integer or boolean output carries them as indices, as does anything later made from indices
 and from no value; an output with no elements carries nothing. The rule over-approximates (``zeros_like(x)``
-depends on ``x``): a tensor it wrongly counts as reaching the output as values keeps the finding a failure.
+depends on ``x``): a tensor it wrongly counts as reaching the output as values keeps the finding a failure. One
+over-approximation is undone, as it made a correct design look cut: a window (a slice, a split) of a concatenation
+that holds none of its parts computed from the parameters (the padding mask packed beside an indexer's keys as one
+more channel, and read back) is not computed from them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcheck.probe.concat_windows import ConcatWindows
 from tfcheck.probe.recorder import OpEvent, Recording, TensorMeta, tensors_in
 
 #: Ops whose integer output is positions picked by the values of their input: the picked positions carry no
@@ -55,11 +59,14 @@ class GradWatch:
 
     inputs: dict[int, tuple[bool, ...]] = field(default_factory=dict)
     outputs: dict[int, tuple[bool, ...]] = field(default_factory=dict)
+    windows: ConcatWindows = field(default_factory=ConcatWindows)  # which part of a concatenation a slice took
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         if event.parent_op is None:  # the aten ops inside a Python-level call are summed up by it
             self.inputs[event.index] = tuple(t.requires_grad for t in tensors_in((args, kwargs)))
             self.outputs[event.index] = tuple(t.requires_grad for t in tensors_in(out))
+            if event.phase == "forward":
+                self.windows.on_op(event, args, kwargs, out)
 
 
 @dataclass(frozen=True)
@@ -96,17 +103,22 @@ class _Traced:
     def held(self) -> set[int]:
         return set(self.values) | set(self.indices) | set(self.empty)
 
+    def holds(self, tensor: int) -> bool:
+        return tensor in self.values or tensor in self.indices or tensor in self.empty
+
 
 def trace(recording: Recording, watch: GradWatch, seeds: set[int], loss: set[int], module: str) -> Flow:
     """Follow the values computed from the tensors ``seeds`` (ids of parameters of ``module``) through the
     recorded forward to ``loss`` (ids of the output tensors the loss reads)."""
     traced = _Traced({i: frozenset() for i in seeds})
+    windows = watch.windows.follower()
     for op in recording.ops:
         if op.parent_op is not None or op.phase != "forward" or op.raised:
             continue
         grad_in = watch.inputs.get(op.index, ())
         grad_out = watch.outputs.get(op.index) or (True,) * len(op.output_ids)  # unread: claim no cut
-        outputs = list(zip(op.output_ids, op.outputs, grad_out))
+        outputs = [o for o, derived in zip(zip(op.output_ids, op.outputs, grad_out), windows.derived(op, traced.holds))
+                   if derived]
         if _mutates_first_argument(op) and op.input_ids and op.input_ids[0] not in op.output_ids:
             # the watch read the written argument after the op: whether it requires grad now is what it gave
             outputs.append((op.input_ids[0], op.inputs[0], bool(grad_in[:1] and grad_in[0])))

@@ -339,7 +339,7 @@ def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin, 
     args, kwargs = padded_inputs(subject, rows, target, keep)
     seen, on_op = mask_axes(n, SAMPLES)
     trace = PaddingTrace(subject.model, 2 * SAMPLES, n)
-    origin, mixers = LeakOrigin(Perturbation.paired(m.keep)), MixerOutputs()
+    origin, mixers = LeakOrigin(Perturbation.paired(m.keep)), MixerOutputs(2 * SAMPLES, n)
 
     def all_three(event, op_args, op_kwargs, out):
         for observe in (on_op, trace.on_op, origin, mixers.on_op):

@@ -8,6 +8,12 @@ padding mask does reach the attention scores of the same forward, such a leak is
 the op and the line), not a mask to fix. Where the mask reaches no scores at all, the leak stays a failure: an
 ignored mask is no design.
 
+A strided mixer (Canine's convolution of characters into molecules, kernel and stride config.downsampling_rate)
+reads the pads in every window that holds real tokens and pads, and the leak shows only where the resampled
+sequence comes back to the padded length: that op is traced back, through tensors without the padded length, to
+the mixer that made them from the padded sequence. It is a design only where the attention over the resampled
+sequence masks it per sample too (Canine pools the mask with the sequence); else pads reach real tokens there.
+
 Told from op names only (the torch functions a local mixer over positions is made of), never from a class name.
 """
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import torch
 
+from tfcheck.checks.mask.resampled import ResampledSequence
 from tfcheck.probe.frames import short_path
 from tfcheck.probe.recorder import OpEvent, tensors_in
 
@@ -42,17 +49,23 @@ class LocalMixing:
     what: str
     where: str
     applied_at: str
+    resampled: dict | None = None  # the resampled sequence the pads went through, where they did
 
     def explain(self) -> str:
-        return (f"padding read by design ({self.what}): the pads first reach real outputs in '{self.op}' at "
-                f"{self.where}; at a real token "
-                "beside a pad its window (or shift) reads the pad by construction, and the padding mask does reach "
+        through = ("through the sequence it resamples (the padding mask, resampled with it, reaches that sequence's "
+                   "attention too), a window that holds real tokens and pads reading the pads by construction"
+                   if self.resampled else
+                   "at a real token beside a pad its window (or shift) reading the pad by construction")
+        reach = "are first read" if self.resampled else "first reach real outputs"
+        return (f"padding read by design ({self.what}): the pads {reach} in '{self.op}' at "
+                f"{self.where}, {through}; the padding mask does reach "
                 f"the attention scores ({self.applied_at}), so this is the design of that op, not a missing mask. "
                 "If padded batches must give the same real outputs as unpadded ones, zero the pads' hidden states "
-                "before that op")
+                "before that op; if this design is meant, accept=mask.padding:REASON")
 
     def evidence(self) -> dict:
-        return {"op": self.op, "line": self.where, "mixes": self.what, "mask_applied_at": self.applied_at}
+        found = {"op": self.op, "line": self.where, "mixes": self.what, "mask_applied_at": self.applied_at}
+        return {**found, "resampled": self.resampled} if self.resampled else found
 
 
 #: Ops that take a window of their input as it is: a leak first seen in one of them (a convolution padded on both
@@ -60,14 +73,23 @@ class LocalMixing:
 SELECTIONS = frozenset({"__getitem__", "narrow", "contiguous", "transpose", "permute", "view", "reshape"})
 
 
+
 @dataclass
 class MixerOutputs:
     """``on_op`` for a recorded forward: the outputs of local mixers (kept alive, so their ids stay theirs) and the
-    input ids of every op, so that the mixer a selection was cut from can be found."""
+    input ids of every op, so that the mixer a selection was cut from can be found; with ``rows`` and ``length``
+    (the rows of the pass, its padded length), also the sequence a strided mixer resamples (ResampledSequence)."""
 
+    rows: int = 0
+    length: int = 0
     made_by: dict[int, OpEvent] = field(default_factory=dict)
     inputs_of: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    resampled: ResampledSequence | None = None
     _alive: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.rows and self.length and self.resampled is None:
+            self.resampled = ResampledSequence(self.rows, self.length)
 
     def on_op(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         if not event.model_forward:
@@ -78,6 +100,8 @@ class MixerOutputs:
             for t in tensors_in(out):
                 self._alive.append(t)
                 self.made_by[id(t)] = event
+        if self.resampled is not None:
+            self.resampled.on_op(event, args, kwargs, out)
 
     def mixer_behind(self, event: OpEvent) -> OpEvent | None:
         """The local mixer ``event`` is (or whose output ``event``, a selection, cut a window of)."""
@@ -89,14 +113,22 @@ class MixerOutputs:
 def local_mixing(born: OpEvent | None, applied: list, mixers: MixerOutputs) -> LocalMixing | None:
     """``born``: the first op whose real outputs moved with the pads (LeakOrigin); ``applied``: the ops that apply
     the padding mask to attention scores (PaddingTrace.applied). A LocalMixing where the leak is born in a local
-    mixer over positions while the mask reaches some scores; None otherwise."""
+    mixer over positions, or reaches the padded length again from the sequence such a mixer resampled (whose own
+    attention masks it per sample), while the mask reaches some scores; None otherwise."""
     if born is None or not applied:
         return None
     mixer = mixers.mixer_behind(born)
-    if mixer is None:
+    applied_at = _where(applied[0].event)
+    if mixer is not None:
+        name = mixer.short_name.lower()
+        return LocalMixing(mixer, name, LOCAL_MIXERS[name], _where(mixer), applied_at)
+    resampling = mixers.resampled.behind(born) if mixers.resampled is not None else None
+    if resampling is None or not resampling.masked:
         return None
-    name = mixer.short_name.lower()
-    return LocalMixing(mixer, name, LOCAL_MIXERS[name], _where(mixer), _where(applied[0].event))
+    name = resampling.mixer.short_name.lower()
+    what = (f"{LOCAL_MIXERS[name]} that resamples the {mixers.length} positions to {resampling.to_length}, whose "
+            f"output comes back to the padded length in '{born.short_name}' at {_where(born)}")
+    return LocalMixing(resampling.mixer, name, what, _where(resampling.mixer), applied_at, resampling.evidence())
 
 
 def _where(event: OpEvent) -> str:
