@@ -422,6 +422,11 @@ TRUE_FINDINGS: dict[str, tuple[str, str]] = {
         "as ProphetNetForConditionalGeneration: its logits are the first predicting stream's, whose relative "
         "position buckets get_predict_relative_pos_embeddings (modeling_prophetnet.py:803-821) gathers in the wrong "
         "layout; with the decoder's relative_pos_embeddings zeroed decode.cache passes (difference 0)")),
+    **dict.fromkeys(("DeepseekV4Model", "DeepseekV4ForCausalLM"), ("mask.padding", (
+        "DeepseekV4Attention.forward calls its compressor without the attention mask (modeling_deepseek_v4.py:840): "
+        "the gated softmax pools every window of compress_rates['compressed_sparse_attention'] tokens, pads included "
+        "(:684), and the block_bias it returns carries causality and the indexer's picks only (:711); with 4 left pads "
+        "changing only the pads moved every real position by 0.51 to 1.29"))),
     "MraModel": ("train.grad_flow", (
         "without the hub kernel, mra2_attention returns torch.zeros_like(query).requires_grad_() "
         "(modeling_mra.py:363-364): attention contributes nothing and query, key and value never train")),
