@@ -79,7 +79,7 @@ def blocks() -> list[Block]:
 
 def paths(line: str) -> str:
     """A line with this machine's folders taken out: the repository, and the temporary copy a block runs in."""
-    line = re.sub(r"/\S*/pytest-of-\w+/pytest-\d+/[^/\s]+/[^/\s:]+", "<tmp>", line)
+    line = re.sub(r"/\S*/pytest-of-\w+/pytest-\d+/(?:popen-gw\d+/)?[^/\s]+", "<tmp>", line)  # xdist or not
     return line.replace(str(ROOT) + os.sep, "").replace(str(ROOT), "<repository>").rstrip()
 
 
