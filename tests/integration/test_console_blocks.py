@@ -12,6 +12,7 @@ tests/integration/test_console_blocks.py`` rewrites the outputs from a real run,
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -38,6 +39,10 @@ UPDATE = os.environ.get("TFCHECK_UPDATE_DOCS") in ("1", "full")
 #: TFCHECK_UPDATE_DOCS=full writes every output whole, its elisions dropped (to cut anew by hand)
 WHOLE = os.environ.get("TFCHECK_UPDATE_DOCS") == "full"
 WIDTH = "100"
+#: The repository as the commands of a block that runs in a copy import it: a link whose path is as long on every
+#: machine, so that a path into the repository printed in a wrapped line wraps alike wherever the checkout lies
+#: (one link per checkout: two checkouts' runs on one machine do not share it).
+LINK = Path("/tmp") / f"tfcheck-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:6]}"
 
 
 @dataclass
@@ -80,6 +85,7 @@ def blocks() -> list[Block]:
 def paths(line: str) -> str:
     """A line with this machine's folders taken out: the repository, and the temporary copy a block runs in."""
     line = re.sub(r"/\S*/pytest-of-\w+/pytest-\d+/(?:popen-gw\d+/)?[^/\s]+", "<tmp>", line)  # xdist or not
+    line = line.replace(str(LINK) + os.sep, "")
     return line.replace(str(ROOT) + os.sep, "").replace(str(ROOT), "<repository>").rstrip()
 
 
@@ -105,13 +111,28 @@ def run(command: str, previous_exit: int | None, cwd: Path) -> tuple[list[str], 
     return out.getvalue().splitlines(), code
 
 
+#: Variables a CI service sets that change what pytest prints (with one set, its short summary lines are not cut at
+#: the terminal's width); the pages show a run in a terminal. PYTEST_* would be this run's own xdist worker's.
+ON_CI = ("CI", "BUILD_NUMBER")
+
+
 def run_process(args: list[str], cwd: Path) -> tuple[list[str], int]:
     argv = [sys.executable, "-m", "pytest", *args[1:]] if args[0] == "pytest" else [sys.executable, *args[1:]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not this run's xdist worker's
-    env.update(COLUMNS=WIDTH, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in ON_CI}
+    root = ROOT if cwd == ROOT else repository_link()
+    env.update(COLUMNS=WIDTH, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=300, check=False)
     printed = (done.stdout + done.stderr).splitlines()
     return [line for line in printed if not PYTEST_HEADER.match(line)], done.returncode
+
+
+def repository_link() -> Path:
+    """LINK, made if missing (xdist's workers may race to make it)."""
+    if not LINK.is_symlink():
+        with contextlib.suppress(FileExistsError):
+            LINK.symlink_to(ROOT, target_is_directory=True)
+    assert LINK.resolve() == ROOT, f"{LINK} points elsewhere: remove it"
+    return LINK
 
 
 #: How much earlier or later a line cut at the terminal's width may be cut: a path in it is as long as the
@@ -204,10 +225,19 @@ def test_a_file_shown_on_a_page_is_the_file_its_commands_run_on():
 def rewrite(block: Block, outputs: list[list[str]]) -> None:
     text = block.page.read_text("utf-8")
     current = blocks_at(block.page, block.lineno)
-    body = "".join(f"$ {c.line}\n" + "".join(paths(line) + "\n" for line in
-                                             (elided(c.shown, printed) if c.shown else []))
+    body = "".join(f"$ {c.line}\n" + "".join(line + "\n" for line in shown_anew(c.shown, printed))
                    for c, printed in zip(current.commands, outputs))
     block.page.write_text(text[:current.start] + body + text[current.end:], "utf-8")
+
+
+def shown_anew(shown: list[str], printed: list[str]) -> list[str]:
+    """What the page shows of a command after a rewrite: its lines as they are where they still match (a rewrite
+    does not churn timings), else the real output, cut where the page cut it."""
+    if not shown:
+        return []
+    if not WHOLE and matches(shown, printed):
+        return shown
+    return [paths(line) for line in elided(shown, printed)]
 
 
 def blocks_at(page: Path, lineno: int) -> Block:
