@@ -10,7 +10,7 @@ import tfcheck
 import zoo_training as zt
 from helpers import nn_encoder, nn_transformer, result
 from reference_model import TransformerLM, noam_schedule
-from reference_model.broken import PostLNWithoutWarmup
+from reference_model.broken import PostLNWithoutWarmup, UnshiftedLabels
 from tfcheck import Status
 from tfcheck.probe.schedules import curve_svg, sparkline
 from tfcheck.probe.training import DEFAULT_TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH
@@ -116,16 +116,18 @@ def test_training_checks_never_touch_the_model_and_count_their_cost():
         assert torch.equal(p, before[name]) and p.grad is None, name
     overfit = report.models[0].result("train.overfit_batch")
     assert overfit.status is Status.PASS
-    tokens = TRAIN_BATCH * TRAIN_LENGTH
-    assert overfit.cost.to_dict() == {"forward": DEFAULT_TRAIN_STEPS, "backward": DEFAULT_TRAIN_STEPS,
-                                      "token_passes": 2 * DEFAULT_TRAIN_STEPS * tokens, "reused": 0}
+    tokens, steps = TRAIN_BATCH * TRAIN_LENGTH, overfit.findings[0].evidence["steps"]
+    # a healthy model settles the verdict (best loss <= half the first) in a few steps, and stops there
+    assert steps < DEFAULT_TRAIN_STEPS and "stopped_early" in overfit.findings[0].evidence
+    assert overfit.cost.to_dict() == {"forward": steps, "backward": steps - 1,
+                                      "token_passes": (2 * steps - 1) * tokens, "reused": 0}
     grad = report.models[0].result("train.grad_flow").cost
     assert (grad.forward, grad.backward) == (1, 1)
 
 
 def test_train_steps_declaration_sets_the_budget():
-    r = result("reference_model:TransformerLM", "train.overfit_batch", train_steps=12)
-    assert r.cost.backward == 12 and r.findings[0].evidence["steps_from"] == "train_steps declaration"
+    r = result("reference_model:TransformerLM", "train.overfit_batch", train_steps=3)
+    assert r.cost.backward == 3 and r.findings[0].evidence["steps_from"] == "train_steps declaration"
 
 
 def test_a_loss_computed_from_detached_logits_cannot_overfit():
@@ -209,11 +211,30 @@ def test_correct_models_get_no_warning_or_failure(model, declared):
     assert statuses["train.grad_flow"] is Status.PASS and statuses["dropout.eval"] is Status.PASS
 
 
-def test_own_loss_models_pass_target_leak_in_both_conventions():
+def test_own_loss_models_pass_target_leak_in_both_conventions_in_one_forward_and_backward():
     for model in (zt.NanoGPTStyle, zt.HFLikeLM):
-        finding = result(model, "train.target_leak").findings[0]
+        r = result(model, "train.target_leak")
+        finding = r.findings[0]
         assert finding.status is Status.PASS, finding
-        assert finding.evidence["fresh_batch_loss"] > 0.9 * finding.evidence["ln_vocab"]
+        assert finding.evidence["trained_on_the_next_token"] == finding.evidence["positions_compared"] > 20
+        assert (r.cost.forward, r.cost.backward) == (1, 1)
+
+
+def test_unshifted_labels_are_read_off_the_gradient_of_the_loss_and_the_model_is_left_as_it_was():
+    model = UnshiftedLabels()
+    report = tfcheck.run_checks(model, only=["train.target_leak"])
+    r = report.models[0].result("train.target_leak")
+    assert r.status is Status.FAIL and r.findings[0].row == "targets-not-shifted", str(r)
+    assert r.findings[0].evidence["trained_on_the_token_fed"] == r.findings[0].evidence["positions_compared"]
+    assert r.cost.backward == 1 and all(p.grad is None for p in model.parameters())
+
+
+def test_a_loss_outside_the_logits_graph_is_judged_by_training_copies():
+    r = result(zt.LossOutsideTheLogitsGraph, "train.target_leak")
+    assert r.status is Status.PASS and r.cost.backward == DEFAULT_TRAIN_STEPS + 1, str(r)  # the readout tried
+    assert "not in the loss's graph" in r.findings[0].evidence["readout"]["undecided"]
+    status, rows, _ = verdict(zt.UnshiftedLossOutsideTheLogitsGraph, "train.target_leak")
+    assert (status, rows) == (Status.FAIL, {"targets-not-shifted"})
 
 
 # ----- showing a curve ----------------------------------------------------------------------------------
@@ -269,3 +290,16 @@ def test_a_configure_optimizers_tfcheck_cannot_call_is_inconclusive_not_the_mode
     assert finding.status is Status.SKIP, finding
     assert "configure_optimizers needs tokenizer, which tfcheck cannot fill" in finding.message
     assert "schedule=mytrain:make_scheduler" in finding.message
+
+
+# ----- stopping at the verdict ---------------------------------------------------------------------------
+
+def test_overfit_stops_at_its_verdict_and_a_late_nan_is_still_caught():
+    r = result(zt.OverflowingSoftmaxLM, "train.overfit_batch")
+    assert r.status is Status.PASS and r.cost.forward < 10  # stopped before the NaN of step 10
+    status, rows, r = verdict(zt.OverflowingSoftmaxLM, "numerics.exp_overflow")
+    assert (status, rows) == (Status.FAIL, {"softmax-overflow"})
+    assert r.findings[0].location.line is not None and r.findings[0].evidence["softmaxes"][0]["largest_exponent"] > 0
+    assert result(zt.StableHandWrittenSoftmaxLM, "numerics.exp_overflow").status is Status.PASS
+    plain = result("reference_model:TransformerLM", "numerics.exp_overflow").findings[0]
+    assert plain.status is Status.PASS and "no softmax written by hand" in plain.message

@@ -99,8 +99,8 @@ def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_dra
 
     with progress.watched("reference_model:TransformerLM") as state:
         tfcheck.run_checks("reference_model:TransformerLM", only=["train.overfit_batch"])
-    assert state.check == "train.overfit_batch" and state.step == state.steps == 30
-    assert state.line().startswith("reference_model:TransformerLM  train.overfit_batch  step 30/30  ")
+    assert state.check == "train.overfit_batch" and 0 < state.step < state.steps == 30  # stopped at its verdict
+    assert state.line().startswith(f"reference_model:TransformerLM  train.overfit_batch  step {state.step}/30  ")
     assert state.line().endswith(" s of 120 s")
     assert main(["check", "reference_model:TransformerLM", "--only", "shape.contract"]) == EXIT_OK
     assert capsys.readouterr().err == ""  # stderr is no terminal here: no progress line

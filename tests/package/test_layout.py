@@ -12,7 +12,7 @@ BATTERY = {
     "flow": {"batch.independence", "position.sensitivity", "cross.dependence"},
     "attention": {"attention.heads", "decode.cache"},
     "numerics": {"attention.scale", "attention.softmax_axis", "embedding.scale", "numerics.half",
-                 "numerics.nan_source"},
+                 "numerics.exp_overflow", "numerics.nan_source"},
     "training": {"dropout.eval", "embedding.padding", "lr.warmup", "norm.placement", "train.grad_flow",
                  "train.loss_at_init", "train.overfit_batch", "train.target_leak"},
 }
@@ -21,7 +21,7 @@ BATTERY = {
 def test_the_registry_holds_exactly_the_battery_each_check_in_its_family_folder():
     found = {c.id: c.func.__module__ for c in all_checks()}
     assert set(found) == set().union(*BATTERY.values())
-    assert len(found) == 23
+    assert len(found) == 24
     for family, ids in BATTERY.items():
         for check_id in ids:
             assert found[check_id].startswith(f"tfcheck.checks.{family}."), (check_id, found[check_id])

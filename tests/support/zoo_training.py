@@ -136,6 +136,49 @@ class LossFromDetachedLogits(HFLikeLM):
         return out
 
 
+class LossOutsideTheLogitsGraph(HFLikeLM):
+    """The loss is computed from logits of their own (as a fused or chunked loss computes them from the hidden
+    states): the logits returned are not in the loss's graph, so no gradient of the loss reaches them."""
+
+    shift = 1
+
+    def forward(self, input_ids, labels=None):
+        out = super().forward(input_ids)
+        if labels is not None:
+            again = TransformerLM.forward(self, input_ids)
+            s = self.shift
+            out["loss"] = F.cross_entropy(again[:, :again.shape[1] - s].flatten(0, 1), labels[:, s:].flatten())
+        return out
+
+
+class UnshiftedLossOutsideTheLogitsGraph(LossOutsideTheLogitsGraph):
+    """As LossOutsideTheLogitsGraph, with the labels not shifted: position t is trained on its own token."""
+
+    shift = 0
+
+
+class OverflowingSoftmaxLM(TransformerLM):
+    """Log-probabilities from a softmax written by hand over sharpened logits (temperature 0.04), without
+    subtracting the maximum: fine at initialisation, the loss turns NaN at step 10 of 30 as the logits grow past
+    exp's overflow (88.7 in float32), long after a descent that stops at its verdict has stopped."""
+
+    temperature = 0.04
+
+    def forward(self, tokens):
+        logits = super().forward(tokens) / self.temperature
+        e = torch.exp(logits)  # the defect: exp(logits - logits.amax(-1, keepdim=True))
+        return torch.log(e / e.sum(dim=-1, keepdim=True))
+
+
+class StableHandWrittenSoftmaxLM(OverflowingSoftmaxLM):
+    """As OverflowingSoftmaxLM, with the maximum subtracted: exp never exceeds 1."""
+
+    def forward(self, tokens):
+        logits = TransformerLM.forward(self, tokens) / self.temperature
+        e = torch.exp(logits - logits.amax(dim=-1, keepdim=True))
+        return torch.log(e / e.sum(dim=-1, keepdim=True))
+
+
 class _SqrtWhereFFN(nn.Module):
     """sqrt(h) where h > 0, 0 elsewhere: a finite forward, but the discarded branch's sqrt of negative
     values has a NaN derivative, and torch.where's zero gradient times NaN is NaN."""

@@ -204,21 +204,31 @@ def takes_target(subject) -> bool:
 def labelled_inputs(subject, label: LabelArgument, batch: int, length: int,
                     gen: torch.Generator) -> tuple[tuple, dict]:
     """Inputs with labels for a model that computes its own loss, in the convention of its argument."""
+    args, kwargs, _, _ = labelled_batch(subject, label, batch, length, gen)
+    return args, kwargs
+
+
+def labelled_batch(subject, label: LabelArgument, batch: int, length: int,
+                   gen: torch.Generator) -> tuple[tuple, dict, torch.Tensor, torch.Tensor]:
+    """labelled_inputs, with the (batch, length) tokens each position of the output is fed (``fed``) and the next
+    tokens it must learn to predict (``following``; -1 where the batch does not hold one)."""
     if takes_target(subject):
         # The decoder input is given, so nothing is left to shift: a Hugging Face encoder-decoder shifts its
         # labels only to build a decoder input it was not given.
         source = subject.random_tokens(batch, length, gen)
         seq = subject.random_tokens(batch, length + 1, gen)
         args, kwargs = subject.inputs_for(source, seq[:, :-1])
-        return args, {**kwargs, label.name: seq[:, 1:].contiguous()}
+        return args, {**kwargs, label.name: seq[:, 1:].contiguous()}, seq[:, :-1], seq[:, 1:]
     if label.shifted_by == "caller":
         seq = subject.random_tokens(batch, length + 1, gen)
         tokens, labels = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+        following = labels
     else:
         tokens = subject.random_tokens(batch, length, gen)
         labels = tokens
+        following = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -1)], dim=1)
     args, kwargs = subject.inputs_for(tokens)
-    return args, {**kwargs, label.name: labels}
+    return args, {**kwargs, label.name: labels}, tokens, following
 
 
 def leaking_inputs(subject, label: LabelArgument, batch: int, length: int,
@@ -297,12 +307,15 @@ class Descent:
     stopped: str | None = None  # why the loop ended early
     #: the loss reached no trainable parameter: the graph is cut between them and the output
     cut_off: bool = False
+    #: the forwards after which ``settled`` ended the loop (None: it ran every step, or stopped)
+    settled: int | None = None
 
 
 def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[torch.Tensor, int]], steps: int,
-            lr: float = CHECK_LR) -> Descent:
+            lr: float = CHECK_LR, settled: Callable[[list[float]], bool] | None = None) -> Descent:
     """At most ``steps`` Adam steps on ``model`` (a copy). ``loss_of(model, step)`` returns the loss and the
-    token count of its forward; each step is counted as one forward and one backward."""
+    token count of its forward; each step is counted as one forward and one backward. ``settled(losses)``, when
+    given, ends the loop as soon as the losses so far decide the caller's verdict (``Descent.settled``)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     result = Descent(trainable=len(named), frozen=sum(1 for p in model.parameters() if not p.requires_grad))
     if not named:
@@ -315,6 +328,9 @@ def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[tor
         result.losses.append(float(loss.detach()))
         if not math.isfinite(result.losses[-1]):
             result.stopped = f"the loss became {result.losses[-1]} at step {step}"
+            break
+        if settled is not None and settled(result.losses):
+            result.settled = step + 1
             break
         if not loss.requires_grad:
             result.stopped = "the loss does not require grad: it is not computed from any trainable parameter"

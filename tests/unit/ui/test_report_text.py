@@ -47,11 +47,11 @@ def test_every_line_fits_the_width_and_has_no_trailing_space(reports):
 def test_a_crashing_model_fits_in_25_lines_with_where_first_and_the_verdict_last(reports):
     lines = render_text(reports["crashing"], width=100).splitlines()
     assert len(lines) <= 25, len(lines)
-    assert "17 checks blocked by forward.smoke (-v lists them)" in lines[2]
+    assert "18 checks blocked by forward.smoke (-v lists them)" in lines[2]
     problem = lines.index("FAIL forward.smoke")
     assert lines[problem + 1].startswith("  where: module 'layers.0.ffn.w_2' at reference_model/broken/shapes.py:31")
     assert sum("(21x64 and 32x32)" in line for line in lines) == 1  # the problem once, not once per blocked check
-    assert re.fullmatch(r"FAIL 1 failed, 17 blocked, 0 warnings in \S+ s", lines[-1])
+    assert re.fullmatch(r"FAIL 1 failed, 18 blocked, 0 warnings in \S+ s", lines[-1])
 
 
 def test_verbose_names_the_blocked_checks_and_shows_the_evidence_and_every_assumption(reports):

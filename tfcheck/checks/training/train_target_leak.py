@@ -9,6 +9,11 @@ Face ``labels`` equal the input ids and are shifted inside the model; nanoGPT / 
 tokens, shifted by the caller (tfcheck.model.label_convention). A stated convention is never taken on trust: a
 second copy, trained as long on labels that give the answer away in that convention, must learn to copy (the
 positive control), or the pass is inconclusive.
+
+First, and mostly alone, an exact readout (``target_readout``): the gradient of the model's own loss with respect to
+its logits names the token each position is trained on, in one forward and one backward. Trained on the token it is
+fed is a leak; on the next token, correct, in whatever convention the model follows. Only a loss the readout cannot
+read (logits outside its graph, a loss that is not a cross-entropy of them) takes the stepping version.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import math
 
 import torch
 
+from tfcheck.checks.training.target_readout import Readout, read_targets
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.memory_limits import limit_for
 from tfcheck.probe.recorder import Recorder
@@ -61,16 +67,22 @@ def _not_applicable(subject) -> NotApplicable | None:
 @check(ID, "a model's own loss on random tokens stays near ln(vocab_size) after a few steps",
        rows=("targets-not-shifted",), order=91, group="training", applies=_not_applicable)
 def train_target_leak(ctx) -> list[Finding]:
-    """For a causal model whose forward takes labels / targets: copy it and take train_steps Adam steps
-    (default 30, lr 1e-2), each on a fresh random batch of 4 x 8 in the argument's convention, then compute
-    the model's own loss on another fresh batch without a graph. It must stay near ln(vocab_size). Under a
-    declared or documented convention, a pass also needs its positive control (_judged_with_control)."""
+    """For a causal model whose forward takes labels / targets: read which token each position of its own loss
+    is trained on (one forward and one backward of a random batch of 4 x 8 in the argument's convention). Where
+    that cannot be read: copy it and take train_steps Adam steps (default 30, lr 1e-2), each on a fresh random
+    batch, then compute the model's own loss on another fresh batch without a graph. It must stay near
+    ln(vocab_size). Under a declared or documented convention, a pass also needs its positive control
+    (_judged_with_control)."""
     subject = ctx.subject
     label = label_argument(subject)
     assert label is not None  # the check applies only to a model with one (_not_applicable)
+    readout = read_targets(ctx, label)
+    if readout.trained_on is not None:
+        return [_read(ctx, label, readout)]
     vocab = subject.facts.output_vocab_size
     if not vocab:
-        return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT", evidence={})]
+        return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT",
+                        evidence={"readout": readout.why})]
     try:
         model = copy_model(subject.model, limit_for(subject))
     except CannotCopy as exc:
@@ -97,7 +109,8 @@ def train_target_leak(ctx) -> list[Finding]:
     evidence = {"label_argument": label.describe(subject), "steps": len(descent.losses), "steps_from": steps_from,
                 "optimizer": f"Adam(lr={CHECK_LR})", "batch": f"{batch} x {length}, fresh random tokens each step",
                 "training_losses": [round(x, 4) for x in descent.losses], "ln_vocab": floor,
-                "tolerance": f"fresh-batch loss >= {LEAK_SHARE} x ln(vocab) (warn below {SUSPECT_SHARE} x)"}
+                "tolerance": f"fresh-batch loss >= {LEAK_SHARE} x ln(vocab) (warn below {SUSPECT_SHARE} x)",
+                "readout": {"undecided": readout.why, **readout.evidence}}
     if fresh is None or not math.isfinite(float(fresh)) or not descent.changed:
         why = "training did not change the model (train.overfit_batch tells why)" if not descent.changed else \
             f"the fresh-batch loss is {fresh}"
@@ -116,6 +129,25 @@ def train_target_leak(ctx) -> list[Finding]:
     if label.stated_by is None or takes_target(subject):
         return [Finding(ID, Status.PASS, passed, Location(module=""), evidence)]
     return [_judged_with_control(ctx, label, steps, passed, evidence)]
+
+
+def _read(ctx, label, readout: Readout) -> Finding:
+    """The verdict of the readout: trained on the token fed is a leak; on the next token, correct."""
+    subject = ctx.subject
+    evidence = {"label_argument": label.describe(subject), "how": "the gradient of the model's own loss with "
+                "respect to its logits: its most negative entry at each position is the class trained on there",
+                "batch": f"{batch_size(subject)[0]} x {batch_size(subject)[1]} random tokens", **readout.evidence}
+    if readout.trained_on == "fed":
+        return Finding(ID, Status.FAIL, (
+            f"the model's own loss trains each position on the token it is fed ({readout.why}, read off the gradient "
+            f"of the loss with respect to the logits), which the position sees: the model learns to copy its input "
+            f"and the loss falls while it learns nothing. With {label.describe(subject)}, {_shift_needed(label)}"),
+            _loss_line(ctx, label), evidence, row="targets-not-shifted")
+    duty = f" {CALLER_DUTY[label.shifted_by]}" if label.stated_by is not None and not takes_target(subject) else ""
+    return Finding(ID, Status.PASS, (
+        f"the model's own loss trains each position on the next token ({readout.why}, read off the gradient of the "
+        f"loss with respect to the logits): the targets are not in the input ({label.describe(subject)}).{duty}"),
+        Location(module=""), evidence)
 
 
 def _shift_needed(label) -> str:
