@@ -41,11 +41,11 @@ def gpt2_small():
     return gpt2(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
 
 
-def fwd_bwd_seconds(model, tokens) -> float:
+def fwd_bwd_seconds(model, *inputs) -> float:
     params = [p for p in model.parameters() if p.requires_grad]
 
     def once():
-        out = model(tokens)
+        out = model(*inputs)
         logits = out.logits if hasattr(out, "logits") else out
         torch.autograd.grad(logits.float().pow(2).mean(), params)
 
