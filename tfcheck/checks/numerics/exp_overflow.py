@@ -85,10 +85,11 @@ def exp_overflow(ctx) -> list[Finding]:
                         Location(module=""), evidence)]
     first = unsafe[0]
     limit = OVERFLOW_AT.get(first.dtype, OVERFLOW_AT[torch.float32])
+    half = "" if first.dtype is torch.float16 else f"; {OVERFLOW_AT[torch.float16]:g} in float16"
     return [Finding(ID, Status.FAIL, (
         f"a softmax written by hand (exp divided by its own sum) exponentiates logits without subtracting their "
         f"maximum: the largest was {first.peak:.3g} at initialisation; exp overflows to inf once one passes "
-        f"{limit:g} ({str(first.dtype).removeprefix('torch.')}; 11.1 in float16), and inf / inf = NaN. Logits grow "
+        f"{limit:g} ({str(first.dtype).removeprefix('torch.')}{half}), and inf / inf = NaN. Logits grow "
         "as the model learns, so the loss turns NaN late in training"
         + (f" ({len(unsafe)} such softmaxes)" if len(unsafe) > 1 else "")),
         Location(module=first.module, file=first.file, line=first.line), evidence, row=ROW)]

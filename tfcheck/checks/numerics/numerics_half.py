@@ -63,6 +63,10 @@ def numerics_half(ctx) -> list[Finding]:
         findings += _autocast_run(ctx, args, kwargs, _DTYPES[precision], evidence)
     if findings:
         return findings
+    if not fills.fills:
+        return [Finding(ID, Status.PASS, "no mask constant in the recorded forward (a boolean mask or "
+                        "scaled_dot_product_attention's own): nothing can overflow float16", Location(module=""),
+                        evidence)]
     return [Finding(ID, Status.PASS, f"{len(fills.fills)} mask constants, each fits float16 and bfloat16 or follows "
                     "the dtype it fills (torch.finfo(dtype).min)", Location(module=""), evidence)]
 

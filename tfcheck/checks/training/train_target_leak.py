@@ -134,9 +134,10 @@ def train_target_leak(ctx) -> list[Finding]:
 def _read(ctx, label, readout: Readout) -> Finding:
     """The verdict of the readout: trained on the token fed is a leak; on the next token, correct."""
     subject = ctx.subject
+    batch, length = batch_size(subject)
     evidence = {"label_argument": label.describe(subject), "how": "the gradient of the model's own loss with "
                 "respect to its logits: its most negative entry at each position is the class trained on there",
-                "batch": f"{batch_size(subject)[0]} x {batch_size(subject)[1]} random tokens", **readout.evidence}
+                "batch": f"{batch} x {length} random tokens", **readout.evidence}
     if readout.trained_on == "fed":
         return Finding(ID, Status.FAIL, (
             f"the model's own loss trains each position on the token it is fed ({readout.why}, read off the gradient "
