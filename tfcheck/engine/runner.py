@@ -21,6 +21,7 @@ from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, inconclusive
 from tfcheck.engine.symptoms import symptom_checks
 from tfcheck.errors import DeclarationError, SpecError, UsageError
+from tfcheck.model.deferred_torch import deferred_torch_imports
 from tfcheck.model.subject import Subject
 from tfcheck.model.trial import SETTLED_BY_TRIAL, Trial
 from tfcheck.report import root_cause
@@ -221,7 +222,9 @@ class _MoveFailed(Exception):
 
 def _guarded(subject: Subject, work: Callable[[], T]) -> T:
     """``work()`` on the declared device, with the model in eval mode, the random generators seeded and the
-    model's state put back after (a _MoveFailed when the move to the device raised)."""
+    model's state put back after (a _MoveFailed when the move to the device raised). torch's imports of dynamo
+    and sympy are deferred meanwhile (tfcheck.model.deferred_torch): the recorder's dispatch mode and the
+    optimizers' steps would import them (about 1 s) only to learn that nothing is being compiled."""
     placement = placed_on(subject.model, subject.facts.device)
     try:
         moved = placement.__enter__()
@@ -233,7 +236,7 @@ def _guarded(subject: Subject, work: Callable[[], T]) -> T:
         if subject.baseline is None and not moved:
             subject.baseline = Baseline(subject.model)
         with preserved(subject.model, copy_parameters=not moved, baseline=None if moved else subject.baseline), \
-                _threads_for(subject.model):
+                _threads_for(subject.model), deferred_torch_imports():
             subject.model.eval()
             _seed_generators()
             return work()

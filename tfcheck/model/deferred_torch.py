@@ -16,7 +16,8 @@ obvious answer). sympy (0.4 s): torch's elementwise type promotion imports it on
 Inside ``deferred_torch_imports()`` torch's own imports of them get stand-ins that answer plain values exactly
 as torch does and hand anything else (a SymInt, another name) to the real module, imported then; once a real
 module exists, its stand-in only forwards to it. On leaving, what the dynamo stand-in handed out is taken
-back, so that once dynamo exists those functions are wrapped as usual."""
+back, so that once dynamo exists those functions are wrapped as usual. The size guard's meta build and every
+check the engine runs (tfcheck.engine.runner) are inside such a window."""
 from __future__ import annotations
 
 import builtins

@@ -1,0 +1,55 @@
+"""The battery on a small model imports neither torch._dynamo nor sympy (about 1 s of every `tfcheck check`): the
+recorder's dispatch mode and torch.optim's step ask them only what plain values answer, and the engine runs every
+check inside tfcheck.model.deferred_torch's window. Counted, not timed: each test reads what one fresh interpreter
+found, since this one has long imported both."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+_SCRIPT = r'''
+import builtins, gc, json, sys, types
+import torch
+plain_import = builtins.__import__
+import tfcheck
+
+report = tfcheck.run_checks("reference_model:TransformerLM")
+out = {"statuses": sorted({r.status.value for r in report.models[0].results}),
+       "ran": len(report.models[0].results),
+       "imported": [m for m in ("torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy")
+                    if m in sys.modules],
+       "left": {"import hook": builtins.__import__ is not plain_import, "torch._dynamo": "_dynamo" in vars(torch),
+                "cached no-op disables": sum(1 for f in gc.get_objects() if isinstance(f, types.FunctionType)
+                                             and f.__dict__.get("__dynamo_disable") is f)}}
+# Once the window is closed the real modules come back wherever torch asks for them.
+import torch._dynamo
+model = torch.nn.Linear(3, 2)
+opt = torch.optim.Adam(model.parameters())
+model(torch.ones(1, 3)).sum().backward()
+opt.step()
+out["dynamo after"] = hasattr(torch._dynamo, "config") and sys.modules["torch._dynamo"] is torch._dynamo
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def found() -> dict:
+    run = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_the_battery_on_the_reference_lm_imports_neither_dynamo_nor_sympy(found):
+    assert found["statuses"] == ["pass"] and found["ran"] >= 20  # the whole battery ran, training checks included
+    assert found["imported"] == []
+
+
+def test_the_battery_leaves_no_stand_in_behind(found):
+    assert found["left"] == {"import hook": False, "torch._dynamo": False, "cached no-op disables": 0}
+    assert found["dynamo after"] is True
