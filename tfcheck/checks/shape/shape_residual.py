@@ -25,6 +25,8 @@ SHAPE_ONLY_OPS = frozenset({"zeros_like", "ones_like", "empty_like", "full_like"
                             "randint_like", "new_zeros", "new_ones", "new_empty", "new_full", "size", "sym_size"})
 #: How far back a dependence search may walk (ops), so a huge graph cannot stall the check.
 SEARCH_LIMIT = 20000
+#: How many tensors back a sublayer's input may be made from the stream by the calling forward's own ops.
+INLINE_OPS = 8
 
 
 @dataclass
@@ -217,14 +219,32 @@ class Dataflow:
         return any(self.depends(t, {x}, values=True, after=born) for t in call.output_ids)
 
     def _fed_from(self, call: ModuleCall, x: int) -> bool:
-        """Pre-LN: the sublayer's input is a function of x made by one module (the norm)."""
+        """Pre-LN: the sublayer's input is a function of x made by one module (the norm), or by a few ops of the
+        forward that calls the sublayer (a token shift written inline, ``attn(token_shift(x)) + x``: chunk, pad,
+        cat)."""
         for t in call.input_ids:
             op = self.by_index.get(self.made_by.get(t, -1))
             if op is not None and x in op.input_ids:
                 return True
             maker = next((c for c in self.rec.calls if t in c.output_ids and x in c.input_ids), None)
-            if maker is not None:
+            if maker is not None or self._made_inline_from(t, x, call.parent):
                 return True
+        return False
+
+    def _made_inline_from(self, t: int, x: int, caller: int | None) -> bool:
+        """Whether tensor ``t`` was computed from ``x`` by ops that ran directly in module call ``caller`` (no
+        module in between: another sublayer on the way would make ``t`` that sublayer's output, not the stream)."""
+        seen: set[int] = set()
+        todo = [t]
+        while todo and len(seen) < INLINE_OPS:
+            u = todo.pop()
+            op = self.by_index.get(self.made_by.get(u, -1))
+            if u in seen or op is None or op.call != caller:
+                continue
+            seen.add(u)
+            if x in op.input_ids:
+                return True
+            todo.extend(op.input_ids)
         return False
 
     def _ancestors(self, index: int | None) -> set[int]:
