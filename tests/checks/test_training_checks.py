@@ -263,6 +263,15 @@ class _LMWithAnOptionalBranch(_LMWithAnIdleLayer):
         return out if global_mask is None else out + self.global_proj.weight.sum()
 
 
+class _LMWithALossBranch(_LMWithAnIdleLayer):
+    """The idle layer trains only in the loss branch a switch turns on (simple-hierarchical-transformer's latent
+    predictors run only with return_loss=True)."""
+
+    def forward(self, tokens, return_loss=False):
+        out = super().forward(tokens)
+        return out if not return_loss else (out + self.global_proj.weight.sum()).mean()
+
+
 def test_a_layer_defined_and_never_used_fails():
     result = tfcheck.run_checks(_LMWithAnIdleLayer, only=["train.grad_flow"]).models[0].result("train.grad_flow")
     assert result.status is Status.FAIL, str(result)
@@ -277,6 +286,14 @@ def test_a_layer_on_an_optional_path_is_a_warning_that_names_both_stories():
     finding = result.findings[0]
     assert finding.evidence["optional_inputs_left_out"] == ["global_mask"]
     assert "optional branch" in finding.message and "never used in forward" in finding.message
+
+
+def test_a_layer_behind_a_switch_left_off_is_a_warning_that_names_the_switch():
+    result = tfcheck.run_checks(_LMWithALossBranch, only=["train.grad_flow"]).models[0].result("train.grad_flow")
+    assert result.status is Status.WARN, str(result)
+    finding = result.findings[0]
+    assert finding.evidence["optional_inputs_left_out"] == ["return_loss=False"]
+    assert "return_loss=False" in finding.message and "never used in forward" in finding.message
 
 
 def test_a_configure_optimizers_taking_a_train_config_gets_one():

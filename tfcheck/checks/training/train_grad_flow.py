@@ -94,12 +94,13 @@ def train_grad_flow(ctx) -> list[Finding]:
         untaken = _untaken_optional_inputs(subject.model, kwargs)
         if untaken:  # an optional path is a possible story: say both
             status = Status.WARN
-            story = (f"Either an optional branch that needs an input tfcheck left at None (forward also takes "
-                     f"{', '.join(untaken[:6])}), or a layer defined in __init__ and never used in forward; if it is "
-                     "optional, accept=train.grad_flow:REASON")
+            story = ("Either an optional branch that needs an input or a switch tfcheck left at its default (forward "
+                     f"also takes {', '.join(untaken[:6])}), or a layer defined in __init__ and never used in forward; "
+                     "if it is optional, accept=train.grad_flow:REASON")
         else:  # nothing optional is left out: the layer is defined and forgotten
             status = Status.FAIL
-            story = "forward takes no optional input tfcheck left out, so the layer is defined and never used"
+            story = ("forward takes no optional input or switch tfcheck left out, so the layer is defined and never "
+                     "used")
         findings.append(Finding(ID, status, f"{len(idle)} of {len(trainable)} trainable parameters get no gradient "
                                 f"because no op read them in this forward: {_listed(culprits)}. {story}",
                                 subject.construction_site(culprits[0]), {**evidence,
@@ -136,11 +137,15 @@ def train_grad_flow(ctx) -> list[Finding]:
 
 
 def _untaken_optional_inputs(model, kwargs: dict) -> list[str]:
-    """Forward arguments defaulting to None that the probe did not pass (an optional path may need them)."""
+    """Forward arguments the probe did not pass that may open an optional path: an input defaulting to None, or a
+    switch defaulting to False (``return_loss=False``: a hierarchical LM trains its latent predictors only in the
+    loss branch), named with that default."""
     from tfcheck.model.subject import forward_params
 
-    return [name for name, p in forward_params(model).items()
-            if p.default is None and name not in kwargs and p.kind is not p.VAR_KEYWORD]
+    params = [(name, p) for name, p in forward_params(model).items()
+              if name not in kwargs and p.kind is not p.VAR_KEYWORD]
+    return [name for name, p in params if p.default is None] + \
+        [f"{name}=False" for name, p in params if p.default is False]
 
 
 @dataclass
