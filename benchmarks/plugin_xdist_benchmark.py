@@ -1,13 +1,16 @@
-"""Wall time of the pytest plugin on four models: serial, ``-n 2`` and ``-n 2 --dist loadgroup`` (run: python
-benchmarks/plugin_xdist_benchmark.py [--repeat N]).
+"""Wall time of the pytest plugin on four models: serial, ``-n 2 --dist load`` and ``-n 2`` (run: python
+benchmarks/plugin_xdist_benchmark.py [--repeat N] [--size small|medium]).
 
-Every tfcheck item carries ``xdist_group(SPEC)``: under ``--dist loadgroup`` all the checks of a model run in one
-worker, which alone runs that model's forwards, while plain ``-n 2`` spreads one model's checks over both workers
-and each repeats the work the checks share. Each worker still builds every model once, to collect it, so xdist
-pays off only with several models whose batteries outlast a worker's start-up (importing torch and tfcheck);
-this prints each way's time and its ratio to the serial run (below 1 is faster). Each run is a fresh pytest
-process in an empty folder, so that only tfcheck's items are collected. ``--size medium`` checks four reference
-LMs of d_model 256 and 4 layers instead of the four small reference models (seconds of battery each).
+Every tfcheck item carries ``xdist_group(SPEC)``, and ``-n N`` without a ``--dist`` runs as ``--dist loadgroup``
+when tfcheck models are named: all the checks of a model run in one worker, which alone runs that model's
+forwards. ``--dist load`` (xdist's own default) spreads one model's checks over the workers, and each repeats
+the work the checks share. On a worker, a check runs with that worker's share of the cores (one of two on two
+cores), not one torch thread per core in each worker. Each worker still builds every model once, to collect
+it (no forward), so xdist pays off only when the models' batteries outlast a worker's start-up (importing torch
+and tfcheck) and there are cores to spare; this prints each way's time and its ratio to the serial run (below 1
+is faster). Each run is a fresh pytest process in an empty folder, so that only tfcheck's items are collected.
+``--size medium`` checks four reference LMs of d_model 256 and 4 layers instead of the four small reference
+models (seconds of battery each).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("reference_model:TransformerLM", "reference_model:TransformerEncoder", "reference_model:Seq2SeqTransformer",
           "reference_model.broken:EmbeddingDrownsPositions")
-WAYS = {"serial": [], "-n 2": ["-n", "2"], "-n 2 --dist loadgroup": ["-n", "2", "--dist", "loadgroup"]}
+WAYS = {"serial": [], "-n 2 --dist load": ["-n", "2", "--dist", "load"], "-n 2": ["-n", "2"]}
 
 
 #: Four reference LMs of a size whose battery takes seconds: a models file written into the run's folder.
@@ -57,15 +60,19 @@ def main() -> None:
     parser.add_argument("--size", choices=("small", "medium"), default="small")
     args = parser.parse_args()
     models = MODELS if args.size == "small" else MEDIUM_SPECS
-    print(f"{len(models)} models: {', '.join(models)}; {os.cpu_count()} CPUs; median of {args.repeat} runs")
-    medians: dict[str, float] = {}
+    print(f"{len(models)} models: {', '.join(models)}; {os.cpu_count()} CPUs; median of {args.repeat} runs; "
+          f"load average {os.getloadavg()[0]:.2f} before")
+    runs: dict[str, list[tuple[float, str]]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "medium.py").write_text(MEDIUM)
-        for way, flags in WAYS.items():
-            runs = [one_run(flags, Path(tmp), models) for _ in range(args.repeat)]
-            medians[way] = statistics.median(s for s, _ in runs)
-            ratio = medians[way] / medians["serial"]
-            print(f"{way:24s} {medians[way]:6.2f} s  x{ratio:4.2f} of serial   {runs[-1][1]}")
+        for _ in range(args.repeat):  # the ways interleaved, so that a busy minute slows each of them alike
+            for way, flags in WAYS.items():
+                runs[way].append(one_run(flags, Path(tmp), models))
+    medians = {way: statistics.median(seconds for seconds, _ in done) for way, done in runs.items()}
+    for way, done in runs.items():
+        print(f"{way:18s} {medians[way]:6.2f} s  x{medians[way] / medians['serial']:4.2f} of serial   {done[-1][1]}  "
+              f"(runs: {', '.join(f'{seconds:.1f}' for seconds, _ in done)})")
+    print(f"load average {os.getloadavg()[0]:.2f} after: other processes on these cores slow every way")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from tfcheck.pytest_plugin.nodes import TfcheckFile, TfcheckItem, TfcheckModel
 from tfcheck.pytest_plugin.settings import Settings, add_options, read_settings
 from tfcheck.pytest_plugin.state import SETTINGS, STATE, PluginState
 from tfcheck.pytest_plugin.verdicts import TfcheckFailure, TfcheckLoadError, TfcheckWarning
+from tfcheck.pytest_plugin.workers import follow_controller, group_by_model
 
 # Public names of this path: filterwarnings = "error::tfcheck.plugin.TfcheckWarning" and the like.
 __all__ = ["TfcheckFailure", "TfcheckFile", "TfcheckItem", "TfcheckLoadError", "TfcheckModel", "TfcheckRun",
@@ -25,6 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     register_markers(config)
+    follow_controller(config)
     try:
         settings = read_settings(config)
     except TfcheckError as exc:
@@ -45,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from tfcheck.pytest_plugin.session import TfcheckSession
 
     config.pluginmanager.register(TfcheckSession(state, config), "tfcheck-session")
+    group_by_model(config)  # -n N alone keeps each model's items on one worker (tfcheck.pytest_plugin.workers)
 
 
 def register_markers(config: pytest.Config) -> None:

@@ -5,6 +5,7 @@ user would drive it; each run selects a few cheap checks of the bundled referenc
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import xml.etree.ElementTree as ET
@@ -268,12 +269,15 @@ from pathlib import Path
 
 from reference_model import TransformerLM
 
+import torch
+
 LOG = Path(__file__).with_name("events.log")
 
 
 def note(event, model):
     with LOG.open("a") as log:
-        log.write(f"{event} {type(model).__name__} {os.environ.get('PYTEST_XDIST_WORKER', '-')}\\n")
+        worker = os.environ.get('PYTEST_XDIST_WORKER', '-')
+        log.write(f"{event} {type(model).__name__} {worker} {torch.get_num_threads()}\\n")
 
 
 class A(TransformerLM):
@@ -288,23 +292,79 @@ class A(TransformerLM):
 
 class B(A):
     pass
+
+
+class Big(A):
+    pass
+
+
+def big():  # over the engine's small-model line (5M parameters), below which a check runs on one thread anyway
+    return Big(num_layers=1, d_model=128, num_heads=4, d_ff=256, vocab_size=40_000, max_len=64)
 """
 
 
-def test_under_dist_loadgroup_each_models_checks_run_in_one_worker(pytester):
+USERS_TEST = """
+from pathlib import Path
+
+import torch
+
+
+def test_users_own():
+    Path(__file__).with_name("users_threads.log").write_text(str(torch.get_num_threads()))
+"""
+
+
+def worker_events(pytester) -> list[list[str]]:
+    return [line.split() for line in (pytester.path / "events.log").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("dist", [("--dist", "loadgroup"), ()], ids=["loadgroup", "no --dist"])
+def test_each_models_checks_run_in_one_worker(pytester, dist):
+    # -n 2 alone runs as --dist loadgroup when tfcheck models are named: a model's shared work is done once.
     pytest.importorskip("xdist")
     pytester.makepyfile(logged=LOGGED_MODELS)
     result = pytester.runpytest_subprocess("--tfcheck", "logged.py:A", "--tfcheck", "logged.py:B", *FOUNDATION,
-                                           "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider")
+                                           "-n", "2", *dist, "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
-    events = [line.split() for line in (pytester.path / "events.log").read_text().splitlines()]
+    result.stdout.fnmatch_lines(["scheduling tests via LoadGroupScheduling"])
+    events = worker_events(pytester)
     for model in ("A", "B"):
-        forwarded = {worker for event, name, worker in events if event == "forward" and name == model}
+        forwarded = {worker for event, name, worker, _ in events if event == "forward" and name == model}
         assert len(forwarded) == 1, (model, events)  # its trial forward and checks ran in one worker only
         # Each worker loads it once, at collection (one load may call the constructor more than once: tfcheck
         # sizes a build on the meta device first), whatever share of its items it runs.
-        built = Counter(worker for event, name, worker in events if event == "built" and name == model)
+        built = Counter(worker for event, name, worker, _ in events if event == "built" and name == model)
         assert set(built) == {"gw0", "gw1"} and built["gw0"] == built["gw1"], (model, built)
+
+
+def test_a_dist_the_user_gives_is_kept(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(logged=LOGGED_MODELS)
+    result = pytester.runpytest_subprocess("--tfcheck", "logged.py:A", "-k", "smoke", "-n", "2", "--dist", "load",
+                                           "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["scheduling tests via LoadScheduling"])
+
+
+@pytest.mark.parametrize("omp", [None, "2"], ids=["share", "user's OMP_NUM_THREADS"])
+def test_a_workers_checks_use_its_share_of_the_cores(pytester, monkeypatch, omp):
+    # Two workers each running one torch thread per core oversubscribe the cores; the user's own tests in the
+    # worker keep torch's count, and a count the user set is kept.
+    pytest.importorskip("xdist")
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    pytester.makepyfile(logged=LOGGED_MODELS, test_users=USERS_TEST)
+    result = pytester.runpytest_subprocess("--tfcheck", "logged.py:big", "-k", "smoke or users", "-n", "2",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    users = int((pytester.path / "users_threads.log").read_text())
+    in_checks = {int(threads) for event, _, _, threads in worker_events(pytester) if event == "forward"}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    expected = min(users, max(1, cores // 2)) if omp is None else int(omp)
+    assert in_checks == {expected}, (in_checks, users, cores)
 
 
 # ----- 9. budget overruns -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from tfcheck.pytest_plugin.verdicts import (
     warn_at_model,
     where,
 )
+from tfcheck.pytest_plugin.workers import thread_share
 
 if TYPE_CHECKING:
     from tfcheck.engine.registry import Check
@@ -138,6 +139,10 @@ class TfcheckItem(pytest.Item):
         return cast(ModelNode, self.parent)  # pytest types it Node | None; an item's parent is its model
 
     def runtest(self) -> None:
+        with thread_share(self.config):  # a worker's share of the cores under xdist (workers.py says why)
+            self._run()
+
+    def _run(self) -> None:
         from tfcheck.engine.runner import SMOKE
         from tfcheck.report.status import Status
 
