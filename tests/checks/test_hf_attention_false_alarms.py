@@ -1,7 +1,8 @@
 """False FAILs on correct Hugging Face designs (issue 15), fixed at their cause, each beside the bug it resembles:
 - attention.scale: a query shifted by a bias and divided by a tensor-valued scale before the product (DeBERTa) is
   traced through those ops to its projection; q and k each normalised before a product scaled by 1 (qk-norm,
-  Gemma 4) is a WARN that names the norms, while the same product without the norms stays a FAIL;
+  Gemma 4) is a WARN that names the norms, while the same product without the norms stays a FAIL; so is a layer
+  that reuses an earlier layer's normalised keys however many ops lie between (Gemma 3n's shared key-value layers);
 - attention.heads: the first attention after a layer that mixes positions (a causal convolution, a state-space
   layer: Jamba, Zaya) is judged against its own input, while a head split that mixes positions stays a FAIL;
 - shape.contract: a position table read one row ahead (ProphetNet's predicting stream) caps the probes, a config's
@@ -110,7 +111,65 @@ def test_a_unit_scale_without_the_norms_is_still_caught():
     assert res.status is Status.FAIL and "not scaled" in res.findings[0].message, str(res.findings)
 
 
-@pytest.mark.parametrize("spec", ["Gemma4TextModel", "EmbeddingGemma2TextModel"])
+class _QueryLayer(nn.Module):
+    """One attention layer's own query (RMS-normed with ``gain``, or not), over keys and values it is given."""
+
+    def __init__(self, d_model, heads, gain):
+        super().__init__()
+        self.h, self.d_k, self.gain = heads, d_model // heads, gain
+        self.q = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, h, k, v):
+        b, s, _ = h.shape
+        q = self.q(h).view(b, s, self.h, self.d_k)
+        q = q if self.gain is None else _rms(q, self.gain)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, scale=1.0)
+        return h + out.transpose(1, 2).reshape(b, s, -1)
+
+
+class _SharedKeysAttention(nn.Module):
+    """Two attention layers with q/k RMS-norms and scale 1, a deep feed-forward stack between them, and the second
+    reusing the first one's keys and values (Gemma 3n's shared key-value layers): its keys were normalised hundreds
+    of ops before its product. ``qk_norm=False`` leaves the norms out: the bug, in both layers."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self, qk_norm=True, vocab=101, d_model=32, heads=4, depth=48):
+        super().__init__()
+        self.h, self.d_k = heads, d_model // heads
+        self.embed, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(64, d_model)
+        self.gain = nn.Parameter(torch.ones(self.d_k)) if qk_norm else None
+        self.k, self.v = nn.Linear(d_model, d_model, bias=False), nn.Linear(d_model, d_model, bias=False)
+        self.first, self.second = _QueryLayer(d_model, heads, self.gain), _QueryLayer(d_model, heads, self.gain)
+        self.stack = nn.ModuleList(nn.Sequential(nn.Linear(d_model, d_model), nn.GELU()) for _ in range(depth))
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, x):
+        b, s = x.shape
+        h = self.embed(x) + self.pos(torch.arange(s, device=x.device))
+        k = self.k(h).view(b, s, self.h, self.d_k)
+        k = (k if self.gain is None else _rms(k, self.gain)).transpose(1, 2)
+        v = self.v(h).view(b, s, self.h, self.d_k).transpose(1, 2)
+        h = self.first(h, k, v)
+        for block in self.stack:
+            h = h + 0.1 * block(h)
+        return self.head(self.second(h, k, v))  # the keys and values of the first layer, reused
+
+
+def test_keys_reused_from_an_earlier_layer_are_traced_to_their_norm():
+    res = result(_SharedKeysAttention(), SCALE)
+    assert res.status is Status.WARN, str(res.findings)
+    assert [f.location.module for f in res.findings] == ["first", "second"], str(res.findings)
+    assert all("qk-norm design" in f.message for f in res.findings), str(res.findings)
+
+
+def test_reused_keys_without_the_norms_are_still_caught():
+    res = result(_SharedKeysAttention(qk_norm=False), SCALE)
+    assert [(f.location.module, f.status) for f in res.findings] == [("first", Status.FAIL), ("second", Status.FAIL)]
+    assert "not scaled" in res.findings[1].message, str(res.findings)
+
+
+@pytest.mark.parametrize("spec", ["Gemma4TextModel", "EmbeddingGemma2TextModel", "Gemma3nTextModel"])
 def test_gemma_qk_norm_with_scaling_1_is_a_warning_not_a_failure(spec):
     res = _hf(spec, SCALE)
     assert res.status is Status.WARN, str(res.findings)

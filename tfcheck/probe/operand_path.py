@@ -10,6 +10,7 @@ temperature, so a scale of 1 is a design there).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from tfcheck.probe.recorder import OpEvent, Recording
@@ -25,7 +26,9 @@ DIVIDES = frozenset({"div", "__truediv__", "true_divide", "div_", "__itruediv__"
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
 #: Ops that normalise a vector (a norm layer, or the rsqrt / x ** -0.5 of a hand-written RMSNorm).
 NORMALISING = frozenset({"rsqrt", "rms_norm", "layer_norm", "normalize", "group_norm"})
-#: How far back the walk looks (ops), so a strange graph cannot make it slow.
+#: How many ops the walk through ops of unknown effect visits, so a strange graph cannot make it slow. The ops are
+#: counted along the operand's ancestry, not along the recording: a key reused from an earlier layer (Gemma 3n's
+#: shared key-value layers) was made hundreds of ops before the product that reads it.
 REACH = 400
 
 
@@ -72,13 +75,23 @@ def path_to_projection(recording: Recording, tensor_id: int | None, before: int,
     return OperandPath(projections[reached], None, _norms_between(producers, tensor_id, reached))
 
 
+#: The last recording indexed and its index (every site of one recording walks the same graph).
+_INDEXED: list[tuple[weakref.ref, int, dict[int, OpEvent]]] = []
+
+
 def _producers(recording: Recording, before: int) -> dict[int, OpEvent]:
-    made: dict[int, OpEvent] = {}
-    for op in recording.ops[max(0, before - REACH):before]:
+    """Tensor id -> the op that made it, over the whole recording: the recorder keeps every tensor alive while it
+    records, so an id names one tensor and the producers of a tensor made before op ``before`` come before it."""
+    for ref, length, made in _INDEXED:
+        if ref() is recording and length == len(recording.ops):
+            return made
+    made = {}
+    for op in recording.ops:
         if op.model_forward:
             for out in op.output_ids:
                 if out not in op.input_ids:  # an in-place op or a no-op .to() keeps its producer
-                    made[out] = op
+                    made.setdefault(out, op)  # one id, one tensor: its maker is the first op that returned it
+    _INDEXED[:] = [(weakref.ref(recording), len(recording.ops), made)]
     return made
 
 
