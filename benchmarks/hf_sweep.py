@@ -7,12 +7,17 @@ one head, without importing a model), keeping the names ending in ForCausalLM, F
 ForConditionalGeneration or Model (never *PreTrainedModel). A class is text when its forward takes input_ids
 (and main_input_name says so), no pixel, image, video, audio or feature input, no box per token (bbox), and its
 config is no vision or audio config, has no such sub-config, and asks for nothing beside the tokens (codebook rows
-of audio codes, a language for a forward lang_ids that has no default); the others are listed as skipped with the
-input or config that says so.
+of audio codes, read from a num_codebooks or a delay_pattern of one delay per codebook in the config or a sub-config;
+a language for a forward lang_ids that has no default); and the class runs alone: its forward does not raise without
+inputs that only another model makes (an `if X is None: raise` over parameters other than the tokens and the mask,
+read from its source by tfcheck.model.required_inputs, as tfcheck's own build refuses it). The others are listed as
+skipped with the input, config or line that says so. A class the mappings list but transformers does not export at
+its top level is built from the modeling module of its family.
 Each text class is built by tfcheck from a small config on CPU with HF_HUB_OFFLINE=1 in a worker process, which
 is killed past --class-limit seconds (each check also has tfcheck's own budget_s), so one slow or crashing class
 cannot stall the sweep. A build error that asks for a download or a package/kernel not installed is a skip with
-its first line; any other is "could not be built: <first line>".
+its first line; any other is "could not be built:" with tfcheck's own reason (the config fields the constructor reads
+unset and the declaration that gives them) where it says one, else the error's first line.
 
 Every text class is swept, one class per family first (the seq2seq LM, else the causal LM, else the masked LM,
 else the base model; families alphabetically), then the others, for at most --minutes (--scope family stops
@@ -62,7 +67,9 @@ NON_TEXT_CONFIG = re.compile(r"vision|visual|image|video|audio|speech|acoustic|c
 #: (input_ids of batch x num_codebooks rows of audio codes: Musicgen), a language the model must be told (a forward
 #: lang_ids beside a config whose default_language is unset: Xmod raises without one).
 LAYOUT_INPUT = re.compile(r"bbox|boxes")
-CODEBOOKS_FIELD = "num_codebooks"
+CODEBOOKS_FIELD, DELAYS_FIELD = "num_codebooks", "delay_pattern"
+#: Forward parameters tfcheck gives every model: a forward that raises without any other is not standalone.
+GIVEN_INPUTS = ("input_ids", "attention_mask")
 LANGUAGE_INPUT, DEFAULT_LANGUAGE_FIELD = "lang_ids", "default_language"
 NEEDS_DOWNLOAD = re.compile(r"offline|couldn't connect|huggingface\.co|from_pretrained|pretrained weights", re.I)
 NEEDS_PACKAGE = re.compile(r"requires? the .* librar|pip install|no module named|is not installed|cuda|kernel|"
@@ -75,7 +82,7 @@ SWEEP_MINUTES = 60.0
 #: how often and how long a worker that cannot import tfcheck (another edit half-way) is waited for
 STARTUP_RETRIES, STARTUP_WAIT_S = 5, 60.0
 #: bumped whenever sweep_one or build_error changes what one class's outcome says
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -157,11 +164,30 @@ def cache_key(budget_s: float, class_limit_s: float) -> str:
 
 # ----- which classes are text ----------------------------------------------------------------------------------
 
-def non_text_reason(name: str) -> str | None:
-    """Why a class is not a text model (from its main input, its forward's inputs, its config), or None."""
+def model_spec(name: str) -> str:
+    """tfcheck's spec for a mapped class: transformers' top level, else the modeling module of the family the
+    mappings list it under (VoxtralRealtimeTextModel is mapped but not exported)."""
     import transformers
 
-    cls = getattr(transformers, name)
+    if hasattr(transformers, name):
+        return f"transformers:{name}"
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    family = next((c.family for c in candidates() if c.name == name), None)
+    if family is None:
+        return f"transformers:{name}"
+    package = model_type_to_module_name(family)
+    return f"transformers.models.{package}.modeling_{package}:{name}"
+
+
+def model_class(name: str) -> type:
+    module, attribute = model_spec(name).split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def non_text_reason(name: str) -> str | None:
+    """Why a class is not a text model (from its main input, its forward's inputs, its config), or None."""
+    cls = model_class(name)
     main = getattr(cls, "main_input_name", "input_ids")
     if main != "input_ids":
         return f"non-text input: main_input_name = {main!r}"
@@ -181,7 +207,19 @@ def non_text_reason(name: str) -> str | None:
     subs = [k for k in getattr(config, "sub_configs", None) or {} if NON_TEXT_CONFIG.search(k)]
     if subs:
         return f"multimodal: {config.__name__} has {', '.join(subs[:3])}"
-    return _extra_input(config, parameters)
+    return _extra_input(config, parameters) or _not_standalone(cls)
+
+
+def _not_standalone(cls: type) -> str | None:
+    """The line where the forward raises without inputs only another model makes, or None."""
+    from tfcheck.model.required_inputs import required_at_runtime
+
+    needed = required_at_runtime(cls.forward)
+    missing = [n for n in needed.names if n not in GIVEN_INPUTS] if needed else []
+    if not needed or not missing:
+        return None
+    return (f"not standalone: forward raises when {' or '.join(missing)} is None ({Path(needed.file).name}:"
+            f"{needed.line}): it runs on inputs another model makes; declare inputs= to check it")
 
 
 def _extra_input(config: type, parameters: list[str]) -> str | None:
@@ -190,13 +228,28 @@ def _extra_input(config: type, parameters: list[str]) -> str | None:
         default = config()
     except Exception:  # a config that cannot be built alone is left to the worker, whose build reports it
         return None
-    codebooks = getattr(default, CODEBOOKS_FIELD, None)
-    if isinstance(codebooks, int) and codebooks > 1:
-        return (f"audio codes: {config.__name__}.{CODEBOOKS_FIELD} = {codebooks}, input_ids hold batch x "
-                f"{codebooks} rows of codes")
+    codebooks = _codebooks(default)
+    if codebooks is not None:
+        field_name, count = codebooks
+        return f"audio codes: {field_name} = {count}: its ids are {count} audio codes per position, one per codebook"
     if LANGUAGE_INPUT in parameters and getattr(default, DEFAULT_LANGUAGE_FIELD, "") is None:
         return (f"needs a language: forward takes {LANGUAGE_INPUT} and {config.__name__}.{DEFAULT_LANGUAGE_FIELD} "
                 "is unset (the model raises without one)")
+    return None
+
+
+def _codebooks(default) -> tuple[str, int] | None:
+    """(the field, how many codebooks) where the config or one of its sub-configs counts codebooks: num_codebooks,
+    or a delay_pattern (Dia's decoder takes one delayed row of audio codes per entry)."""
+    configs = [("", default)] + [(f"{key}.", getattr(default, key, None)) for key in
+                                 getattr(default, "sub_configs", None) or {}]
+    for prefix, config in configs:
+        count = getattr(config, CODEBOOKS_FIELD, None)
+        if isinstance(count, int) and count > 1:
+            return f"{type(default).__name__}.{prefix}{CODEBOOKS_FIELD}", count
+        delays = getattr(config, DELAYS_FIELD, None)
+        if isinstance(delays, list | tuple) and len(delays) > 1:
+            return f"{type(default).__name__}.{prefix}{DELAYS_FIELD} (one delay per codebook)", len(delays)
     return None
 
 
@@ -234,7 +287,19 @@ def build_error(exc: BaseException) -> Outcome:
         return Outcome("SKIP", f"needs downloaded weights or files: {line}")
     if NEEDS_PACKAGE.search(str(exc)):
         return Outcome("SKIP", f"needs a package or kernel not installed: {line}")
-    return Outcome("NOT BUILT", f"could not be built: {line}")
+    return Outcome("NOT BUILT", f"could not be built: {build_reason(exc)}")
+
+
+def build_reason(exc: BaseException) -> str:
+    """tfcheck's refusal as a reader needs it: what the constructor raised, where (a file name, not the path), and
+    the declaration that gives what it needs; the first line where tfcheck says no more than the error."""
+    text = " ".join(str(exc).split())
+    advice = re.search(r"(The constructor reads|Give the constructor)", text)
+    if advice is None:
+        return first_line(exc)
+    raised = re.search(r"raised (\w+: .*?) \((/[^()]*?/)?([^/()]+\.py:\d+)\)", text[:advice.start()])
+    what = f"the constructor raised {raised.group(1)} at {raised.group(3)}. " if raised else ""
+    return (what + re.sub(r"/[^ ()]*/([^/ ()]+[.]py)", r"\1", text[advice.start():]))[:600]
 
 
 def sweep_one(name: str, budget_s: float) -> Outcome:
@@ -242,7 +307,7 @@ def sweep_one(name: str, budget_s: float) -> Outcome:
     from tfcheck import Status
 
     try:
-        report = tfcheck.run_checks(f"transformers:{name}", budget_s=budget_s).models[0]
+        report = tfcheck.run_checks(model_spec(name), budget_s=budget_s).models[0]
     except Exception as exc:  # run_checks raises only when the subject cannot be built; checks report their own
         return build_error(exc)
     problems = [(r.check, r.status.value, _finding_line(r)) for r in report.results
@@ -431,6 +496,11 @@ TRUE_FINDINGS: dict[str, tuple[str, str]] = {
         "without the hub kernel, mra2_attention returns torch.zeros_like(query).requires_grad_() "
         "(modeling_mra.py:363-364): attention contributes nothing and query, key and value never train")),
     "MraForMaskedLM": ("train.grad_flow", "as MraModel: modeling_mra.py:363-364's zeros_like fallback"),
+    **dict.fromkeys(("BltModel", "BltForCausalLM"), ("forward.smoke", (
+        "BltModel.forward builds its cache with DynamicCache(config=self.config) (modeling_blt.py:1190) from the "
+        "top-level BltConfig, which has no num_hidden_layers (only its encoder/decoder/global/patcher sub-configs do, "
+        "and get_text_config finds none of them): with use_cache on, the config's default, it raises AttributeError "
+        "at any size; with use_cache=False the same small model runs"))),
     **dict.fromkeys(("BambaForCausalLM", "BambaModel", "GraniteMoeHybridForCausalLM", "GraniteMoeHybridModel"), (
         "forward.smoke", "the default config lays out Mamba layers only, and transformers' cache raises "
         "get_seq_length on a stack with no attention layer, at any size; with one attention layer "

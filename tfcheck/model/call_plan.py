@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tfcheck.errors import SpecError
 from tfcheck.model.inputs import mask_spec
 from tfcheck.model.names import LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.required_inputs import required_at_runtime
 from tfcheck.model.targets import decoder_input, pattern_role
 from tfcheck.report.report import Assumption
 
@@ -52,7 +53,27 @@ def plan_calls(subject: Subject, params: dict[str, inspect.Parameter], features:
                 "targets only the last position's logits come back)"))
         elif required:
             raise SpecError(cannot_build(subject, name, items))
+    refuse_runtime_required(subject, items, plan, mask.argument)
     return plan
+
+
+def refuse_runtime_required(subject: Subject, items: list[tuple[str, inspect.Parameter]], plan: list[PlanSlot],
+                            mask: str | None) -> None:
+    """A SpecError when the forward raises without parameters its signature defaults to None and tfcheck does not
+    give (the states of another model): the probe would only show that raise, which is no bug of the model."""
+    needed = required_at_runtime(subject.model.forward)
+    if needed is None:
+        return
+    positional = sum(slot is None for slot, _ in plan)  # given in order: the first parameters of the forward
+    given = {slot for slot, _ in plan if slot is not None} | {name for name, _ in items[:positional]} | {mask}
+    missing = [n for n in needed.names if n not in given]
+    if not missing:
+        return
+    raise SpecError(
+        f"{subject.spec}.forward raises when {' or '.join(missing)} is None ({needed.file}:{needed.line}), "
+        "although its signature defaults them to None: it runs on inputs tfcheck does not build (another model's "
+        "states or embeddings), so it cannot run alone. Declare inputs=module:factory (fn(batch, length) -> (args, "
+        f"kwargs)) that passes {', '.join(missing)} as the model's caller does, or check the model that produces them")
 
 
 def target_parameter(subject: Subject, params: dict[str, inspect.Parameter]) -> str | None:
