@@ -537,7 +537,7 @@ def page(plan: Plan, cache: Cache, settings: str) -> str:
         "Written from a run with " + ", ".join(f"{k} {v}" for k, v in versions().items()) + f"; {settings}.",
         "",
         f"Of {len(plan.all)} mapped classes with a text-model name, {len(plan.non_text)} are not text models "
-        f"(listed at the end) and {len(plan.text)} are, in {len(plan.families)} families; "
+        f"or do not run alone (listed at the end) and {len(plan.text)} are, in {len(plan.families)} families; "
         f"{len(plan.chosen)} were chosen ({plan.scope}), {len(swept)} swept.",
         "",
         "Results: " + ", ".join(f"{n} {r.lower()}" for r, n in counts.items()) + ".",
@@ -563,7 +563,8 @@ def page(plan: Plan, cache: Cache, settings: str) -> str:
               "| class | check | evidence |", "|-------|-------|----------|"]
     lines += [f"| `{name}` | `{TRUE_FINDINGS[name][0]}` | {_cell(why)} |" for name, why in true if why]
     lines += _not_swept(plan, cache)
-    lines += ["", "## Classes skipped as not text", "", "| family | class | why |", "|--------|-------|-----|"]
+    lines += ["", "## Classes skipped: not text, or not standalone", "", "| family | class | why |",
+              "|--------|-------|-----|"]
     lines += [f"| {c.family} | `{c.name}` | {_cell(plan.non_text[c.name])} |" for c in plan.all
               if c.name in plan.non_text]
     return "\n".join(lines) + "\n"
