@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch.nn as nn
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(NamedTuple):
     """One hook to install: ``fn`` on ``module``, before its forward (``pre``) or after it, with the
-    forward's keyword arguments passed too where ``with_kwargs`` (torch's own flag)."""
+    forward's keyword arguments passed too where ``with_kwargs`` (torch's own flag). A named tuple: the
+    recorder makes two per module on every trace, and a frozen dataclass costs several times as much to make."""
 
     module: nn.Module
     fn: Callable

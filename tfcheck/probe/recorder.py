@@ -21,10 +21,10 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from tfcheck.probe.frames import called_by_tfcheck, model_frame
 from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.probe.tensor_meta import TensorMeta, describe, metas, structure_dict, structure_text, tensors_in
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
@@ -32,73 +32,6 @@ _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_conti
           "_has_compatible_shallow_copy_type")
 #: Scalar arguments worth keeping with an op (the attention scale, a fill value, a softmax axis, ...).
 _SCALAR_KWARGS = ("dim", "scale", "value", "is_causal", "alpha", "beta", "eps", "dropout_p", "diagonal", "p")
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    shape: tuple[int, ...]
-    dtype: str
-    device: str
-
-    @classmethod
-    def of(cls, t: torch.Tensor) -> TensorMeta:
-        if t.is_nested:  # a nested tensor has no single shape; its component count stands in
-            return cls((t.size(0),), "nested " + _dtype_name(t.dtype), t.device.type)
-        return cls(tuple(t.shape), _dtype_name(t.dtype), t.device.type)
-
-    def __str__(self) -> str:
-        return f"{self.shape} {self.dtype}" + ("" if self.device == "cpu" else f" {self.device}")
-
-    def to_dict(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype, "device": self.device}
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return name
-
-
-def describe(value: Any, depth: int = 0) -> Any:
-    """The shapes and dtypes inside a value: through tuples, lists, dicts and output objects."""
-    if isinstance(value, torch.Tensor):
-        return TensorMeta.of(value)
-    if depth > 4:
-        return type(value).__name__
-    if isinstance(value, (tuple, list)):
-        return [describe(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): describe(v, depth + 1) for k, v in value.items()}
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is not None:  # Hugging Face ModelOutput and other dataclass outputs
-        return {k: describe(getattr(value, k), depth + 1) for k in fields if getattr(value, k, None) is not None}
-    if value is None or isinstance(value, (int, float, bool, str)):
-        return value
-    return type(value).__name__
-
-
-def structure_text(value: Any) -> str:
-    if isinstance(value, TensorMeta):
-        return str(value)
-    if isinstance(value, list):
-        return "(" + ", ".join(structure_text(v) for v in value) + ")"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {structure_text(v)}" for k, v in value.items()) + "}"
-    return repr(value)
-
-
-def structure_dict(value: Any) -> Any:
-    if isinstance(value, TensorMeta):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [structure_dict(v) for v in value]
-    if isinstance(value, dict):
-        return {k: structure_dict(v) for k, v in value.items()}
-    return value
 
 
 @dataclass
@@ -203,11 +136,12 @@ class Recorder:
 
     def __enter__(self) -> Recorder:
         params = _param_counts(self.model)
+        post = self._post_hook()  # the same for every module
 
         def hooks():
             for path, module in self.model.named_modules():
                 yield Hook(module, self._pre_hook(path, params), pre=True, with_kwargs=True)
-                yield Hook(module, self._post_hook(), with_kwargs=True)
+                yield Hook(module, post, with_kwargs=True)
 
         try:
             self._hooks.enter_context(hooked(hooks()))
@@ -240,13 +174,18 @@ class Recorder:
         self._hooks.close()
 
     # ----- module calls ----------------------------------------------------------------------------
+    # The hooks run inside the forward, under the function mode: reading the shapes of a call's arguments would
+    # send every .shape, .dtype, .device and .is_nested through the mode (most of its calls on a small model),
+    # so they read them with it off. Those reads are never recorded either way.
     def _pre_hook(self, path: str, params: dict[int, int]):
         def hook(module, args, kwargs):
             calls = self.recording.calls
             parent = self._stack[-1] if self._stack else None
-            calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent,
-                                    describe(list(args) + ([kwargs] if kwargs else [])), params[id(module)],
-                                    first_op=len(self.recording.ops), input_ids=self.ids((args, kwargs))))
+            with torch._C.DisableTorchFunction():
+                inputs = describe(list(args) + ([kwargs] if kwargs else []))
+            calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent, inputs,
+                                    params[id(module)], first_op=len(self.recording.ops),
+                                    input_ids=self.ids((args, kwargs))))
             self._stack.append(len(calls) - 1)
         return hook
 
@@ -254,7 +193,8 @@ class Recorder:
         def hook(module, args, kwargs, output):
             if self._stack:
                 call = self.recording.calls[self._stack.pop()]
-                call.outputs = describe(output)
+                with torch._C.DisableTorchFunction():
+                    call.outputs = describe(output)
                 call.output_ids = self.ids(output)
                 call.last_op = len(self.recording.ops) - 1
         return hook
@@ -271,7 +211,7 @@ class Recorder:
         event = OpEvent(
             len(self.recording.ops), level, name, call,
             self.recording.calls[call].path if call is not None else "",
-            _metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
+            metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
             "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
             input_ids=self.ids((args, kwargs)),
             # begin <- observe <- the mode's __torch_function__ <- the op's caller
@@ -280,7 +220,7 @@ class Recorder:
         return event
 
     def finish(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        event.outputs = _metas(out)
+        event.outputs = metas(out)
         event.output_ids = self.ids(out)
         if self.on_op is not None:
             # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
@@ -356,40 +296,39 @@ class _DispatchMode(_Entered, TorchDispatchMode):
         return self.recorder.observe("aten", str(func), func, args, kwargs or {})
 
 
-def _metas(value: Any) -> tuple[TensorMeta, ...]:
-    return tuple(TensorMeta.of(t) for t in tensors_in(value))
-
-
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """The tensors inside op arguments or outputs; the common flat cases without pytree's generality."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) and isinstance(value[0], tuple):
-        args, kwargs = value  # (args, kwargs) of one call
-        flat = list(args) + list(kwargs.values())
-    elif isinstance(value, (tuple, list)):
-        flat = list(value)
-    else:
-        return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
-    if all(isinstance(v, torch.Tensor) or not isinstance(v, (tuple, list, dict)) for v in flat):
-        return [v for v in flat if isinstance(v, torch.Tensor)]
-    return [t for t in tree_flatten(flat)[0] if isinstance(t, torch.Tensor)]
-
-
 def _scalars(args: tuple, kwargs: dict) -> dict:
     """Scalar arguments: the named ones worth keeping, and positional numbers by position (a fill value,
     a softmax axis, a scale passed positionally)."""
     out: dict[str, Any] = {k: v for k, v in kwargs.items()
-                           if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))}
-    positional = {i: v for i, v in enumerate(args) if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                           if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))} if kwargs else {}
+    positional = None
+    for i, v in enumerate(args):  # most ops have none: no dict made for them
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            positional = positional or {}
+            positional[i] = v
     if positional:
         out["positional"] = positional
     return out
 
 
 def _param_counts(model: nn.Module) -> dict[int, int]:
-    """Parameters under each module, each tensor counted once (shared and tied weights too)."""
-    return {id(m): sum(p.numel() for p in m.parameters()) for m in model.modules()}
+    """Parameters under each module, each tensor counted once (shared and tied weights too): one walk up the
+    tree, each module's parameters gathered from its children's (a module's own ``parameters()`` walks its
+    whole subtree, once per module)."""
+    gathered: dict[int, dict[int, int]] = {}
+
+    def under(module: nn.Module) -> dict[int, int]:
+        if id(module) in gathered:  # shared (or, in a cyclic tree, still being gathered)
+            return gathered[id(module)]
+        sizes = gathered[id(module)] = {}
+        for child in module._modules.values():
+            if child is not None:
+                sizes.update(under(child))
+        sizes.update((id(p), p.numel()) for p in module._parameters.values() if p is not None)
+        return sizes
+
+    under(model)
+    return {key: sum(sizes.values()) for key, sizes in gathered.items()}
 
 
 def user_line() -> tuple[str | None, int | None]:
@@ -397,3 +336,8 @@ def user_line() -> tuple[str | None, int | None]:
     code above tfcheck that called it): ``frames.model_frame``."""
     found = model_frame(2)
     return found if found is not None else (None, None)
+
+
+# The descriptions of tensors live in tensor_meta; the modules that read recordings take them from here too.
+__all__ = ["ModuleCall", "OnOp", "OpEvent", "Recorder", "Recording", "TensorMeta", "describe", "structure_dict",
+           "structure_text", "tensors_in", "user_line"]
