@@ -6,6 +6,7 @@ check on another device and puts every tensor back where it was."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import random
 import sys
@@ -41,9 +42,12 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     ``copy_parameters=False`` (trace_shapes on big models) skips the copy of the parameters: a forward that
     writes its own weights in place is then reported (the names are yielded in the list, filled on exit)
     instead of undone."""
-    modes = [(m, m.training) for m in model.modules()]
-    tree = _Tree(model)
+    # One walk of each kind, shared by everything saved below (trace_shapes pays the guard on every call).
+    modules = list(model.modules())
     params = list(model.named_parameters())
+    named_buffers = list(model.named_buffers())
+    modes = [(m, m.training) for m in modules]
+    tree = _Tree(modules, [p for _, p in params], [b for _, b in named_buffers])
     flags = [(p, p.requires_grad, p.grad) for _, p in params]
     if baseline is not None:
         values = baseline.values
@@ -52,8 +56,8 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     versions = {id(t): t._version for _, t in params}
     written: list[str] = []
     buffers = [(b, baseline.values[id(b)] if baseline is not None and id(b) in baseline.values else b.detach().clone())
-               for _, b in model.named_buffers()]
-    hooks = [(m, {d: dict(getattr(m, d, {})) for d in _HOOK_DICTS}) for m in model.modules()]
+               for _, b in named_buffers]
+    hooks = [(m, _hooks_of(m)) for m in modules]
     tensor_hooks = [(p, {a: _copied(getattr(p, a, None)) for a in _TENSOR_HOOK_ATTRS}) for _, p in params]
     process = _ProcessState()
     try:
@@ -74,14 +78,16 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
                 saved = _beside(saved, b)
                 if b.shape == saved.shape and not torch.equal(b, saved):
                     b.copy_(saved)
-        for p, requires_grad, grad in flags:
-            p.requires_grad_(requires_grad)
-            p.grad = grad
+        for p, requires_grad, grad in flags:  # set only where changed: each write is a call into torch
+            if p.requires_grad != requires_grad:
+                p.requires_grad_(requires_grad)
+            if p.grad is not grad:
+                p.grad = grad
         for m, training in modes:
-            m.training = training
+            if m.training is not training:
+                m.training = training
         for m, saved_hooks in hooks:
-            for d, entries in saved_hooks.items():
-                _put_back(getattr(m, d, None), entries)
+            _put_back_hooks(m, saved_hooks)
         for p, saved_tensor_hooks in tensor_hooks:
             for attr, tensor_entries in saved_tensor_hooks.items():
                 current = getattr(p, attr, None)
@@ -95,9 +101,24 @@ def _copied(hooks: Any) -> dict | None:
     return None if hooks is None else dict(hooks)
 
 
+def _hooks_of(module: nn.Module) -> dict[str, dict]:
+    """Copies of the module's hook registries that hold any hook (most hold none: an empty one is restored to
+    empty without a copy)."""
+    own = vars(module)
+    return {d: dict(own[d]) for d in _HOOK_DICTS if own.get(d)}
+
+
+def _put_back_hooks(module: nn.Module, saved: dict[str, dict]) -> None:
+    own = vars(module)
+    for d in _HOOK_DICTS:
+        current = own.get(d)
+        if current or d in saved:
+            _put_back(current, saved.get(d, {}))
+
+
 def _put_back(current: Any, entries: dict | None) -> None:
     """A hook registry (an OrderedDict keyed by handle id) back to its saved entries, in place."""
-    if current is not None and entries is not None and dict(current) != entries:
+    if current is not None and entries is not None and current != entries:  # an OrderedDict equals a dict by items
         current.clear()
         current.update(entries)
 
@@ -109,21 +130,23 @@ class _Tree:
     A forward that reassigns ``self.step = self.step + 1``, ``p.data = ...``, ``self.head.bias =
     nn.Parameter(...)`` or adds and deletes submodules gets its original objects back."""
 
-    def __init__(self, model: nn.Module):
-        self.modules = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers), dict(vars(m)))
-                        for m in model.modules()]
-        self.data = {id(t): (t, t.data) for t in [*model.parameters(), *model.buffers()]}
+    def __init__(self, modules: list[nn.Module], parameters: list[nn.Parameter], buffers: list[torch.Tensor]):
+        self.modules = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers), dict(vars(m))) for m in modules]
+        self.data = {id(t): (t, t.data) for t in [*parameters, *buffers]}
 
     def restore(self) -> None:
         for module, children, parameters, buffers, attributes in self.modules:
             stores: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
                 (module._modules, children), (module._parameters, parameters), (module._buffers, buffers))
             for live, saved in stores:
-                if live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items()):
+                if not _same(live, saved) and \
+                        (live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items())):
                     live.clear()
                     live.update(saved)
             now = vars(module)
-            for name in [k for k, v in now.items() if _state_like(v) and k not in attributes]:
+            if _same(now, attributes):  # the common case, decided without a look at each attribute
+                continue
+            for name in [k for k, v in now.items() if k not in attributes and _state_like(v)]:
                 del now[name]
             for name, value in attributes.items():
                 if now.get(name, _MISSING) is not value and (_state_like(value) or _state_like(now.get(name))):
@@ -134,6 +157,12 @@ class _Tree:
 
 
 _MISSING = object()
+
+
+def _same(live: dict, saved: dict) -> bool:
+    """The same keys in the same order, each holding the very object it held."""
+    return len(live) == len(saved) and list(live) == list(saved) and all(map(operator.is_, live.values(),
+                                                                            saved.values()))
 #: Plain values a forward keeps as state beside its tensors: a cache's length next to its buffer
 #: (rotary-embedding-torch's ``cached_freqs_seq_len``), a step counter. Restored with the tensors, or the
 #: restored buffer and a stale length disagree and every later forward reads the wrong cache.
