@@ -298,18 +298,21 @@ def _trace(model: nn.Module, args: tuple, kwargs: dict, device: str, call=None) 
         except Exception as exc:
             error = exc
     failure = _failure(model, recorder, error, device) if error is not None else None
-    total = sum(p.numel() for p in model.parameters())
-    return Trace(type(model).__name__, device, describe(list(args) + ([kwargs] if kwargs else [])), total,
-                 recorder.recording, failure, tied=tied_parameters(model), _model=model, _example=(args, kwargs))
+    names = _parameter_names(model)
+    return Trace(type(model).__name__, device, describe(list(args) + ([kwargs] if kwargs else [])),
+                 sum(numel for numel, _ in names.values()), recorder.recording, failure,
+                 tied=[tuple(group) for _, group in names.values() if len(group) > 1], _model=model,
+                 _example=(args, kwargs))
 
 
-def tied_parameters(model: nn.Module) -> list[tuple[str, ...]]:
-    """The names that share one parameter tensor (a tied output head, a block registered twice), in the order
-    ``named_parameters`` gives them; ``parameters()`` and the trace count each tensor once, torchinfo per name."""
-    names: dict[int, list[str]] = {}
+def _parameter_names(model: nn.Module) -> dict[int, tuple[int, list[str]]]:
+    """Each parameter tensor (by identity, in ``parameters()`` order): its size and every name it goes by (a tied
+    output head, a block registered twice), in ``named_parameters`` order. The trace counts each tensor once,
+    torchinfo per name; one walk gives both the count and the ties."""
+    found: dict[int, tuple[int, list[str]]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), []).append(name)
-    return [tuple(group) for group in names.values() if len(group) > 1]
+        found.setdefault(id(p), (p.numel(), []))[1].append(name)
+    return found
 
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
