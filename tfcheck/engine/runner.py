@@ -31,7 +31,6 @@ from tfcheck.report.status import Status
 from tfcheck.report.verdict import OVER_BUDGET
 
 T = TypeVar("T")
-
 SMOKE = "forward.smoke"
 BUG_REPORT = "this is a bug in tfcheck; please report it with the model spec and this message"
 
@@ -223,8 +222,7 @@ class _MoveFailed(Exception):
 def _guarded(subject: Subject, work: Callable[[], T]) -> T:
     """``work()`` on the declared device, with the model in eval mode, the random generators seeded and the
     model's state put back after (a _MoveFailed when the move to the device raised). torch's imports of dynamo
-    and sympy are deferred meanwhile (tfcheck.model.deferred_torch): the recorder's dispatch mode and the
-    optimizers' steps would import them (about 1 s) only to learn that nothing is being compiled."""
+    and sympy are deferred (dispatch modes and optimizer steps would spend 1 s on them to learn nothing compiles)."""
     placement = placed_on(subject.model, subject.facts.device)
     try:
         moved = placement.__enter__()
@@ -284,8 +282,7 @@ def _threads_for(model: Any) -> Iterator[None]:
     import torch
 
     threads = torch.get_num_threads()
-    small = sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS
-    if small and threads > 1:
+    if threads > 1 and sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS:
         torch.set_num_threads(1)
     try:
         yield
