@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from tfcheck.errors import TfcheckError, UsageError
 from tfcheck.model.declarations import BUDGET_OVERRUNS
@@ -149,7 +150,8 @@ def _check(args) -> int:
     report = Report()
     try:
         for entry in runs:
-            with progress_line(entry.label, shown=sys.stderr.isatty()):
+            with progress_line(entry.label, shown=sys.stderr.isatty(),
+                               styled=use_color(getattr(args, "color", "auto"), sys.stderr)):
                 subject = load_subject(entry.spec, decl.merge(cli, entry.declared))
                 subject.loaded.spec = entry.label  # one spec listed twice (two sizes) is told apart by its name
                 report.models.append(run_model(subject, only))
@@ -277,8 +279,9 @@ def _color_option(parser: argparse.ArgumentParser) -> None:
                              "FORCE_COLOR=1 colours a pipe)")
 
 
-def use_color(choice: str = "auto") -> bool:
-    """--color, then NO_COLOR (https://no-color.org), then FORCE_COLOR, then whether stdout is a terminal."""
+def use_color(choice: str = "auto", stream: Any = None) -> bool:
+    """--color, then NO_COLOR (https://no-color.org), then FORCE_COLOR, then whether the stream (stdout unless
+    given: the progress line asks for stderr) is a terminal."""
     import os
 
     if choice != "auto":
@@ -287,7 +290,7 @@ def use_color(choice: str = "auto") -> bool:
         return False
     if os.environ.get("FORCE_COLOR"):
         return True
-    return sys.stdout.isatty()
+    return (stream or sys.stdout).isatty()
 
 
 def _width() -> int:

@@ -106,6 +106,26 @@ def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_dra
     assert capsys.readouterr().err == ""  # stderr is no terminal here: no progress line
 
 
+@pytest.mark.parametrize("choice,env,styled", [("auto", {}, True), ("auto", {"NO_COLOR": "1"}, False),
+                                               ("never", {}, False), ("always", {"NO_COLOR": "1"}, True)])
+def test_the_progress_line_takes_the_reports_colour_decision_for_stderr(choice, env, styled, monkeypatch):
+    from tfcheck.cli import use_color
+    from tfcheck.engine import progress
+    from tfcheck.ui.live import progress_text
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with progress.watched("m:M") as state:
+        text = progress_text(state, use_color(choice, Terminal()))
+    assert (text.style == "dim") is styled and text.plain.startswith("m:M")
+
+
 @pytest.mark.parametrize("flags,code", [([], EXIT_OK), (["--budget-overrun", "fail"], EXIT_FAIL),
                                         (["--strict"], EXIT_FAIL), (["--strict", "--budget-overrun", "skip"], EXIT_OK),
                                         (["--set", "budget_overrun=fail"], EXIT_FAIL)])
