@@ -240,7 +240,7 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
         raise SpecError(f"constructing {spec} stopped: {exc}") from None
     except Exception as exc:
         where = user_frame(exc)
-        hint = declaration_hint(unset_reads(exc, given))
+        hint = declaration_hint(unset_reads(exc, given)) or refused_choice_hint(exc, arguments)
         error = SpecError(
             f"constructing {spec}({fmt_args(given)}) raised {type(exc).__name__}: {exc}{where}." + (hint or
             " Give the constructor arguments it needs with the 'kwargs' declaration, e.g. "
@@ -254,6 +254,24 @@ def _construct(origin: Any, arguments: Arguments, spec: str) -> tuple[Any, dict[
             "or a factory that returns the model."
         )
     return model, given, sites_of(model)
+
+
+def refused_choice_hint(exc: BaseException, arguments: Arguments) -> str:
+    """The sentence that names the values tfcheck chose (filled or shrunk) which the error message names, in the
+    order it names them (a type check refusing ``depth=2`` where a tuple is wanted, ``dim`` not divisible by
+    ``heads``), and the kwargs declaration that overrides them; "" when it names none."""
+    import re
+
+    chosen = {**arguments.filled, **{k: small for k, (_, small) in arguments.shrunk.items()}}
+    text = str(exc)
+    named = sorted((m.start(), name) for name in chosen if (m := re.search(rf"\b{re.escape(name)}\b", text)))
+    if not named:
+        return ""
+    names = [name for _, name in named[:3]]
+    declared = ", ".join(f'"{name}": VALUE' for name in names)
+    return (f" tfcheck chose {', '.join(f'{n}={chosen[n]!r}' for n in names)} and the constructor refused "
+            f"{'it' if len(names) == 1 else 'them'}: give the values it takes with --set 'kwargs={{{declared}}}' "
+            "(tfcheck check; pytest --tfcheck-set), or point the spec at a factory function that builds the model.")
 
 
 def _counted(budget: int | None) -> Any:

@@ -316,3 +316,22 @@ class EmbedSizeTransformer(nn.Module):
 def test_embed_size_and_emb_size_are_the_width_and_are_shrunk_with_the_heads():
     model = load_subject(EmbedSizeTransformer, {}).model
     assert (model.width, model.heads) == (32, 4) and model.embed.embedding_dim == 32
+
+
+class WantsATupleOfDepths(nn.Module):
+    """A constructor whose type check refuses the int tfcheck fills for depth (MEGABYTE takes one depth per stage)."""
+
+    def __init__(self, num_tokens, dim, depth):
+        super().__init__()
+        if not isinstance(depth, tuple):
+            raise TypeError(f"parameter depth={depth!r} violates type hint tuple")
+        self.embed = nn.Embedding(num_tokens, dim)
+
+
+def test_a_value_tfcheck_chose_that_the_constructor_refuses_is_named_with_the_kwargs_to_give():
+    with pytest.raises(SpecError) as refused:
+        load_subject(WantsATupleOfDepths, declared())
+    message = str(refused.value)
+    assert "tfcheck chose depth=2 and the constructor refused it" in message
+    assert "--set 'kwargs={\"depth\": VALUE}'" in message
+    assert "num_tokens" not in message.split("raised TypeError")[1]  # only the names the error names
