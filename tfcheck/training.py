@@ -22,13 +22,11 @@ from tfcheck.probe.training import (  # noqa: F401
     CHECK_LR,
     DEFAULT_TRAIN_STEPS,
     LABEL_ARGS,
-    CannotCopy,
     Descent,
     LabelArgument,
     batch_size,
     budget,
     call_copy,
-    copy_model,
     descend,
     fixed_target,
     label_argument,
@@ -40,6 +38,7 @@ from tfcheck.probe.training import (  # noqa: F401
     takes_target,
     train_mode,
 )
+from tfcheck.probe.training_copy import CannotCopy, copy_model  # noqa: F401
 
 __all__ = [
     'batch_size', 'budget', 'call_copy', 'CannotCopy', 'CHECK_LR', 'copy_model', 'Curve', 'curve_svg',

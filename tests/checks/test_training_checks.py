@@ -296,6 +296,26 @@ def test_a_layer_behind_a_switch_left_off_is_a_warning_that_names_the_switch():
     assert "return_loss=False" in finding.message and "never used in forward" in finding.message
 
 
+def test_a_model_deepcopy_refuses_is_trained_as_a_rebuild_with_its_state_and_the_report_says_so():
+    from tfcheck.engine.runner import load_subject, run_model
+
+    subject = load_subject(zt.UnpicklableAttributeLM, {})
+    before = {k: v.clone() for k, v in subject.model.state_dict().items()}
+    report = run_model(subject, ["train.overfit_batch"])
+    assert report.result("train.overfit_batch").status is Status.PASS, str(report)
+    copy = next(a for a in report.assumptions if a.key == "training copy")
+    assert "rebuilt by the constructor" in copy.value and "cannot pickle 'staticmethod' object" in copy.source
+    assert all(torch.equal(v, before[k]) for k, v in subject.model.state_dict().items())  # the copy trained
+
+
+def test_an_instance_deepcopy_refuses_has_no_constructor_to_rebuild_it_and_stays_inconclusive():
+    instance = zt.UnpicklableAttributeLM()
+    before = {k: v.clone() for k, v in instance.state_dict().items()}
+    result = tfcheck.run_checks(instance, only=["train.overfit_batch"]).models[0].result("train.overfit_batch")
+    assert result.status is Status.SKIP and "copy.deepcopy of the model raised TypeError" in result.findings[0].message
+    assert all(torch.equal(v, before[k]) for k, v in instance.state_dict().items())
+
+
 def test_a_configure_optimizers_taking_a_train_config_gets_one():
     """minGPT's configure_optimizers(train_config) reads .learning_rate, .betas and .weight_decay."""
     finding = result(zt.TrainConfigOptimizers, "lr.warmup").findings[0]

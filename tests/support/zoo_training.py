@@ -321,3 +321,12 @@ class OptimizersNeedATokenizer(TrainConfigOptimizers):
 
     def configure_optimizers(self, tokenizer):
         return torch.optim.AdamW(self.parameters(), lr=len(tokenizer) * 1e-6)
+
+
+class UnpicklableAttributeLM(TransformerLM):
+    """A correct LM holding an attribute copy.deepcopy refuses (simple-hierarchical-transformer keeps a staticmethod
+    object): tfcheck trains a rebuild with its state loaded instead."""
+
+    def __init__(self):
+        super().__init__()
+        self.activation = staticmethod(F.gelu)

@@ -180,7 +180,14 @@ def build(origin: Any, spec: str, kwargs: Mapping[str, Any], shrink: bool = True
     filled = {k: given[k] if k in arguments.configs else v for k, v in arguments.filled.items()}
     return Loaded(model, spec, origin, filled, shrunk=arguments.all_shrunk, config_filled=arguments.config_filled,
                   config_sources={k: s.where for k, s in arguments.configs.items()}, kwargs=kwargs, shrink=shrink,
-                  device=device, size_constraint=constraint, sites=sites)
+                  device=device, size_constraint=constraint, sites=sites, rebuild=_rebuilder(origin, arguments))
+
+
+def _rebuilder(origin: Any, arguments: Arguments) -> Callable[[], Any]:
+    def rebuild() -> Any:
+        with user_code():
+            return origin(**arguments.make())
+    return rebuild
 
 
 def _retried(origin: Any, arguments: Arguments, spec: str,

@@ -31,6 +31,9 @@ class Loaded:
     #: where the user's code registered, wrote and froze each part (tfcheck.model.construction_sites); None
     #: for an instance, which tfcheck did not build
     sites: Any = None
+    #: a fresh build from the same constructor and arguments (a training copy of a model deepcopy refuses); None
+    #: for an instance
+    rebuild: Any = None
 
     def set_by_tfcheck(self, name: str) -> str:
         """' (set by tfcheck)' when ``name`` is a config field tfcheck filled, for the source of a fact read from it

@@ -2,14 +2,13 @@
 optimiser loop, and a loss over the model's output (or the model's own loss). Schedules and their curves are
 in ``tfcheck.probe.schedules``.
 
-Every optimiser step here runs on a copy (``copy.deepcopy``): the checked model is never stepped. The
+Every optimiser step here runs on a copy (``tfcheck.probe.training_copy``): the checked model is never stepped. The
 copy's passes are not ``ctx.run`` passes, so they are counted on ``ctx.cost`` here, one forward, one
 backward and batch x length token-passes per step.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -24,8 +23,6 @@ from torch.utils._pytree import tree_flatten
 from tfcheck.engine import progress
 from tfcheck.model.inputs import batch_length
 from tfcheck.model.label_convention import LABEL_ARGS
-from tfcheck.model.memory_limits import Limit
-from tfcheck.model.sizing import human
 from tfcheck.report.findings import Location
 
 #: Step budget of a training check when ``train_steps`` is not declared.
@@ -35,34 +32,6 @@ TRAIN_BATCH, TRAIN_LENGTH = 4, 8
 #: Adam's rate in the training checks: high enough that a few dozen steps memorise one small batch, low
 #: enough to stay stable on tiny models. The checks test the wiring, not the user's rate (lr.warmup does).
 CHECK_LR = 1e-2
-
-
-class CannotCopy(Exception):
-    """The model cannot be deep-copied, so tfcheck will not train it (it trains copies only)."""
-
-
-#: Share of the memory limit a training copy may take: its parameters, their gradients and Adam's two moments.
-TRAINING_SHARE = 0.5
-
-
-def copy_model(model: nn.Module, limit: Limit | None = None) -> nn.Module:
-    """A deep copy of the model in eval mode (dropout off, so a descent measures the wiring, not noise); refused
-    (CannotCopy) when training it would not fit ``limit``."""
-    if limit is not None:
-        parameters = sum(p.numel() * p.element_size() for p in model.parameters())
-        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-        need = 4 * parameters + buffers
-        if need > limit.bytes * TRAINING_SHARE:
-            raise CannotCopy(
-                f"training a copy needs about {human(need)} (its parameters, their gradients and Adam's two moments: "
-                f"4 × {human(parameters)}), over {int(TRAINING_SHARE * 100)}% of the {limit.source} "
-                f"({human(limit.bytes)}); "
-                "declare a larger memory_budget if the machine has it, or shrink the model with kwargs")
-    try:
-        clone = copy.deepcopy(model)
-    except Exception as exc:  # a model holding a file handle, a lock, a C++ object ...
-        raise CannotCopy(f"copy.deepcopy of the model raised {type(exc).__name__}: {exc}") from None
-    return clone.eval()
 
 
 def budget(subject) -> tuple[int, str]:

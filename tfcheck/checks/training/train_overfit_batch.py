@@ -8,15 +8,12 @@ from __future__ import annotations
 import torch
 
 from tfcheck.engine.registry import check
-from tfcheck.model.memory_limits import limit_for
 from tfcheck.probe.schedules import sparkline
 from tfcheck.probe.training import (
     CHECK_LR,
-    CannotCopy,
     batch_size,
     budget,
     call_copy,
-    copy_model,
     descend,
     fixed_target,
     label_argument,
@@ -26,6 +23,7 @@ from tfcheck.probe.training import (
     output_loss,
     own_loss,
 )
+from tfcheck.probe.training_copy import CannotCopy, training_copy
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -52,7 +50,7 @@ def train_overfit_batch(ctx) -> list[Finding]:
     subject = ctx.subject
     steps, steps_from = budget(subject)
     try:
-        model = copy_model(subject.model, limit_for(subject))
+        model = training_copy(subject)
     except CannotCopy as exc:
         return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only, never the model",
                         evidence={})]

@@ -23,15 +23,12 @@ import torch
 
 from tfcheck.checks.training.target_readout import Readout, read_targets
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.memory_limits import limit_for
 from tfcheck.probe.recorder import Recorder
 from tfcheck.probe.training import (
     CHECK_LR,
-    CannotCopy,
     batch_size,
     budget,
     call_copy,
-    copy_model,
     descend,
     label_argument,
     labelled_inputs,
@@ -39,6 +36,7 @@ from tfcheck.probe.training import (
     own_loss,
     takes_target,
 )
+from tfcheck.probe.training_copy import CannotCopy, training_copy
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 
@@ -84,7 +82,7 @@ def train_target_leak(ctx) -> list[Finding]:
         return [Finding(ID, Status.SKIP, "inconclusive: vocab_size is unknown; declare vocab_size=INT",
                         evidence={"readout": readout.why})]
     try:
-        model = copy_model(subject.model, limit_for(subject))
+        model = training_copy(subject)
     except CannotCopy as exc:
         return [Finding(ID, Status.SKIP, f"inconclusive: {exc}; tfcheck trains copies only", evidence={})]
     steps, steps_from = budget(subject)
@@ -198,7 +196,7 @@ def _judged_with_control(ctx, label, steps: int, passed: str, evidence: dict) ->
 def _control_loss(ctx, label, steps: int) -> float | None:
     """The fresh-batch loss of a copy trained ``steps`` steps on labels that give the answer away."""
     subject = ctx.subject
-    model = copy_model(subject.model, limit_for(subject))
+    model = training_copy(subject)
     batch, length = batch_size(subject)
     gen = torch.Generator().manual_seed(3)
 
