@@ -235,7 +235,7 @@ class Recorder:
         if level == "function":
             self._function_op = event.index
         try:
-            if self._aten_inside is not None and level == "function" and event.short_name in self._aten_inside:
+            if self._aten_inside is not None and level == "function" and name.rsplit(".", 1)[-1] in self._aten_inside:
                 with _DispatchMode(self):
                     out = func(*args, **kwargs)
             else:
@@ -249,21 +249,24 @@ class Recorder:
         return out
 
 
-_FUNCTION_NAMES: dict = {}
+#: Each function's name as recorded, None for the noise: the mode asks for every call it sees.
+_RECORDED_NAMES: dict = {}
 
 
-def _function_name(func) -> str:
-    """torch's name for a function (resolve_name is slow: it catches warnings on every call)."""
+def _recorded_name(func) -> str | None:
+    """torch's name for a function (resolve_name is slow: it catches warnings on every call), or None for a call
+    that says nothing about the computation."""
     try:
-        return _FUNCTION_NAMES[func]
+        return _RECORDED_NAMES[func]
     except (KeyError, TypeError):
         pass
     name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+    recorded = None if name.endswith(_NOISE) else name
     try:
-        _FUNCTION_NAMES[func] = name
+        _RECORDED_NAMES[func] = recorded
     except TypeError:  # an unhashable callable
         pass
-    return name
+    return recorded
 
 
 class _Entered:
@@ -280,11 +283,10 @@ class _FunctionMode(_Entered, TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = _function_name(func)
-        if name.endswith(_NOISE):
-            return func(*args, **kwargs)
-        return self.recorder.observe("function", name, func, args, kwargs)
+        name = _recorded_name(func)
+        if name is None:
+            return func(*args, **(kwargs or {}))
+        return self.recorder.observe("function", name, func, args, kwargs or {})
 
 
 class _DispatchMode(_Entered, TorchDispatchMode):

@@ -67,7 +67,7 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
         return [value]
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) and isinstance(value[0], tuple):
         args, kwargs = value  # (args, kwargs) of one call
-        flat: Any = [*args, *kwargs.values()]
+        flat: Any = [*args, *kwargs.values()] if kwargs else args
     elif isinstance(value, (tuple, list)):
         flat = value
     else:
