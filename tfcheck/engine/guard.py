@@ -152,7 +152,8 @@ class _Tree:
                 if now.get(name, _MISSING) is not value and (_state_like(value) or _state_like(now.get(name))):
                     now[name] = value
         for tensor, data in self.data.values():
-            if tensor.data.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or tensor.shape != data.shape:
+            # the tensor's own pointer, dtype and shape are its .data's (reading .data makes a new tensor each time)
+            if tensor.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or tensor.shape != data.shape:
                 tensor.data = data
 
 
