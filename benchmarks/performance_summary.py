@@ -6,8 +6,10 @@
    Targets: probe battery <= 10 passes, training checks <= 15 passes on a healthy model.
 2. ``tfcheck check reference_model:TransformerLM`` over ``python -c "import torch"`` (median of --repeats
    interleaved runs; target <= 1.3x).
-3. ``trace_shapes`` over ``torchinfo.summary`` at 1x1, 1x128 and 8x128 on the reference LM and the GPT-2-small
-   shape (median of 5; target <= 1.0x), from trace_benchmark.py.
+3. ``trace_shapes`` over ``torchinfo.summary`` (and over a bare forward) at 1x1, 1x128 and 8x128 on the reference
+   LM and the GPT-2-small shape (median of --repeats interleaved runs; target <= 1.0x): trace_benchmark.py's rows.
+   ``--trace-threads 1`` runs them on one torch thread (on a shared machine idle threads spin and the bare forward
+   of the reference LM at 1x1 takes 15 ms instead of 0.5).
 
 --quick leaves out the GPT-2-small shape (minutes on 2 cores). The passes are counted, not timed, and the tests
 hold them (tests/integration/test_cost_growth.py); the seconds depend on the machine and its load.
@@ -22,6 +24,8 @@ import torch
 from battery_benchmark import fwd_bwd_seconds, gpt2_small
 from startup_benchmark import TARGET as STARTUP_TARGET
 from startup_benchmark import TORCH, check_command, wall
+from trace_benchmark import MODELS as TRACE_MODELS
+from trace_benchmark import REFERENCE_LM, print_trace_rows, trace_rows
 
 import tfcheck
 from tfcheck.engine.battery import all_checks
@@ -59,6 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="leave out the GPT-2-small shape")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--trace-threads", type=int, default=None,
+                        help="torch threads for the trace rows (default: torch's)")
     args = parser.parse_args()
     from reference_model import Seq2SeqTransformer, TransformerLM
 
@@ -76,7 +82,9 @@ def main() -> None:
           "battery's seconds over one forward+backward at 3 x 7)")
     print("\n2. start-up")
     print(startup_row(args.repeats))
-    print("\n3. trace_shapes against torchinfo.summary: python benchmarks/trace_benchmark.py")
+    print("\n3. ", end="")
+    rows = trace_rows(args.repeats, (REFERENCE_LM,) if args.quick else TRACE_MODELS, args.trace_threads)
+    print_trace_rows(rows, args.trace_threads or torch.get_num_threads())
 
 
 if __name__ == "__main__":
