@@ -101,6 +101,8 @@ class AttentionSite:
     #: the heads were split (None where no such op ran at the Python level)
     shaped_by: dict = field(default_factory=dict)
     projected_from: dict = field(default_factory=dict)  # "q"/"k"/"v" -> what its projection read (record_sites)
+    #: "q"/"k" -> the gather that put its tokens in an order ranked from activations (routing attention)
+    routed_by: dict = field(default_factory=dict)
 
     @property
     def score_lengths(self) -> tuple[int, int]:

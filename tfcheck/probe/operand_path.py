@@ -163,3 +163,39 @@ def _inverse_root(op: OpEvent) -> bool:
     """x ** -0.5, as a hand-written RMSNorm computes 1/√mean(x²)."""
     exponent = op.scalars.get("positional", {}).get(1)
     return op.short_name in {"pow", "__pow__"} and isinstance(exponent, (int, float)) and exponent == -0.5
+
+
+#: Ops that pick elements by an index tensor, and the ops that rank values into indices: a gather whose indices
+#: were ranked from activations groups tokens by content (routing or clustering attention).
+GATHERS = frozenset({"gather", "index_select", "take_along_dim", "take", "__getitem__", "index"})
+RANKINGS = frozenset({"topk", "argmax", "argmin", "argsort", "sort", "max", "min", "kthvalue", "multinomial"})
+
+
+def routed_by_content(recording: Recording, tensor_id: int | None, before: int) -> OpEvent | None:
+    """The gather among ``tensor_id``'s ancestors (within REACH ops) that picks elements by indices ranked from
+    activations (a top-k or k-means routing), or None: an operand made so holds tokens in the routing's order, not
+    the sequence's. Indices counted from positions (an arange, a window) are no routing."""
+    producers = _producers(recording, before)
+    for op in _ancestors(producers, tensor_id, set()):
+        if op.short_name in GATHERS and any(
+                _ranked(producers, i) for meta, i in zip(op.inputs, op.input_ids) if _integral(meta)):
+            return op
+    return None
+
+
+def _ranked(producers: dict[int, OpEvent], index_id: int) -> bool:
+    """Whether an integer tensor was computed, through integer ops only, from a ranking of values."""
+    frontier, seen = [index_id], set[int]()
+    while frontier and len(seen) < REACH:
+        op = producers.get(frontier.pop())
+        if op is None or op.index in seen:
+            continue
+        seen.add(op.index)
+        if op.short_name in RANKINGS:
+            return True
+        frontier.extend(i for meta, i in zip(op.inputs, op.input_ids) if _integral(meta))
+    return False
+
+
+def _integral(meta) -> bool:
+    return str(getattr(meta, "dtype", "")).startswith(("int", "uint", "torch.int", "torch.uint"))

@@ -7,7 +7,7 @@ import torch
 
 from tfcheck.probe.attention_sites import AttentionSite, CapturedOp, SiteCollector
 from tfcheck.probe.attention_view import visible_attention
-from tfcheck.probe.operand_path import operand_ids, path_to_projection
+from tfcheck.probe.operand_path import operand_ids, path_to_projection, routed_by_content
 from tfcheck.probe.recorder import Recorder, Recording
 
 
@@ -56,4 +56,6 @@ def record_sites(ctx, args: tuple, kwargs: dict, what: str):
     sites = collector.sites(recorder.recording)
     for site in sites:
         site.projected_from = projection_inputs(site, recorder.recording, collector.captured)
+        site.routed_by = {name: op for name, tensor_id in zip("qk", operand_ids(site.score_op))
+                          if (op := routed_by_content(recorder.recording, tensor_id, site.score_op.index))}
     return probe, sites

@@ -193,7 +193,7 @@ def _first_reached(sites: list[AttentionSite], batch: int, p: Perturbation,
     """The first site (in execution order) whose q, k or v changed under the perturbation, with those tensors
     laid out (batch, position, head, features); never a seq2seq decoder's cross-attention."""
     for site in sites:
-        if _reads_encoder_output(site, seq2seq):
+        if _reads_encoder_output(site, seq2seq) or site.routed_by:
             continue
         laid = {name: t for name, op in (("q", site.query), ("k", site.key), ("v", site.value))
                 if (t := op.by_position(batch)) is not None}
@@ -221,6 +221,14 @@ def _judge_split(sites: list[AttentionSite], batch: int, p: Perturbation, proble
     convolution, shift or recurrence between the input and the attention may reach by design."""
     first = _first_reached(sites, batch, p, seq2seq)
     if first is None:
+        routed = next((s for s in sites if s.routed_by), None)
+        if routed is not None:
+            gather = next(iter(routed.routed_by.values()))
+            return None, Inconclusive(
+                f"the attention in '{_name(routed.module)}' reads tokens regrouped by content ({gather.short_name} "
+                f"at {gather.file}:{gather.line} picks them by indices ranked from activations: a routing or "
+                "clustering attention), so its q and k are in the routing's order, not the sequence's, and no other "
+                "attention was reached: the split could not be judged by position")
         return None, Inconclusive(f"changing {p.stream} position {p.position} changed q, k and v at no attention "
                                   "site, so the split could not be judged")
     site, tensors = first
@@ -309,7 +317,7 @@ def _mixed_input(site: AttentionSite, p: Perturbation, names: list[str], base: d
 def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbation]) -> tuple[Finding | None, bool]:
     """(finding or None, whether the merge was verified as a per-position rearrangement)."""
     merged, context = site.merged, site.context
-    if merged is None:
+    if merged is None or site.routed_by:  # a routed context is in the routing's order until scattered back
         return None, False
     laid = context.by_position(batch)  # (b, s, h, d)
     if laid is None:
