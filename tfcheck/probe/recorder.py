@@ -185,7 +185,7 @@ class Recorder:
                 inputs = describe(list(args) + ([kwargs] if kwargs else []))
             calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent, inputs,
                                     params[id(module)], first_op=len(self.recording.ops),
-                                    input_ids=self.ids((args, kwargs))))
+                                    input_ids=self.ids((args, kwargs)) if self._alive is not None else ()))
             self._stack.append(len(calls) - 1)
         return hook
 
@@ -195,33 +195,35 @@ class Recorder:
                 call = self.recording.calls[self._stack.pop()]
                 with torch._C.DisableTorchFunction():
                     call.outputs = describe(output)
-                call.output_ids = self.ids(output)
+                if self._alive is not None:
+                    call.output_ids = self.ids(output)
                 call.last_op = len(self.recording.ops) - 1
         return hook
 
     # ----- ops ---------------------------------------------------------------------------------------
     def begin(self, level: str, name: str, args: tuple, kwargs: dict) -> OpEvent:
         """Append an event before the op runs, so the aten ops inside a function-level call follow it."""
+        ops = self.recording.ops
         call = self._stack[-1] if self._stack else None
         parent = self._function_op if level == "aten" else None
         if parent is not None:  # the function-level call it runs inside already found the user's line
-            file, line = self.recording.ops[parent].file, self.recording.ops[parent].line
+            file, line = ops[parent].file, ops[parent].line
         else:
-            file, line = user_line()
+            file, line = model_frame(1) or (None, None)  # user_line(), one call less on every op
         event = OpEvent(
-            len(self.recording.ops), level, name, call,
-            self.recording.calls[call].path if call is not None else "",
+            len(ops), level, name, call, self.recording.calls[call].path if call is not None else "",
             metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
             "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
-            input_ids=self.ids((args, kwargs)),
+            input_ids=self.ids((args, kwargs)) if self._alive is not None else (),
             # begin <- observe <- the mode's __torch_function__ <- the op's caller
             by_tfcheck=parent is None and level == "function" and called_by_tfcheck(3))
-        self.recording.ops.append(event)
+        ops.append(event)
         return event
 
     def finish(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         event.outputs = metas(out)
-        event.output_ids = self.ids(out)
+        if self._alive is not None:
+            event.output_ids = self.ids(out)
         if self.on_op is not None:
             # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
             # the recording, the other modes and the observer itself.
