@@ -275,6 +275,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("min_len", "INT",
         "Shortest sequence the model accepts (a model that pools the sequence needs some positions to pool); "
         "the shape probes start there instead of at length 1.", _positive_int),
+    Key("length_multiple", "INT",
+        "The model accepts only lengths that are a multiple of INT (a bucket, block or chunk size it does not pad "
+        "to): every probe length is rounded to one, and decoding token by token does not apply.", _positive_int),
     Key("d_model", "INT", "Width of the hidden states (hidden_size, n_embd, dim).", _positive_int),
     Key("mask", "ARG:keep | ARG:pad | ARG:additive [:bs | :b1s | :b11s] | internal | none",
         "The forward argument that takes the padding mask and its convention (keep: 1 = real token; "

@@ -61,6 +61,7 @@ class Facts:
     train_steps: int | None = None
     # ----- run settings ----------------------------------------------------------------------------------
     probe_len: int | None = None
+    length_multiple: int | None = None
     budget_s: float | None = None
     budget_overrun: str | None = None  # "skip" or "fail": what a check stopped by its budget counts as
     memory_budget: int | None = None

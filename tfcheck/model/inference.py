@@ -87,7 +87,7 @@ class _Resolver:
         # Training and precision facts come only from declarations: nothing in a model says them.
         for key in ("schedule", "warmup_steps", "total_steps", "lr", "precision", "train_steps"):
             self.declared(key)
-        for key in ("probe_len", "budget_s", "budget_overrun", "memory_budget", "device"):  # run settings
+        for key in ("probe_len", "length_multiple", "budget_s", "budget_overrun", "memory_budget", "device"):
             self.declared(key)
         self.kind()
         self.from_config("vocab_size")

@@ -47,7 +47,10 @@ def min_length(subject: Subject) -> tuple[int, str]:
     on top), else 1."""
     declared = subject.declared.get("min_len")
     if declared is not None:
-        return int(declared.value), f"declared ({declared.source})"
+        return subject.accepted_length(int(declared.value)), f"declared ({declared.source})"
+    multiple = subject.declared.get("length_multiple")
+    if multiple is not None and int(multiple.value) > 1:
+        return int(multiple.value), f"length_multiple declared ({multiple.source})"
     pooling = sequence_pooling(subject)
     if pooling is None:
         return downsampling(subject) or (1, "nothing pools the sequence")

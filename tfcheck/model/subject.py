@@ -105,14 +105,23 @@ class Subject:
     # ----- probe lengths -------------------------------------------------------------------------
     def probe_lengths(self) -> tuple[int, ...]:
         """Lengths that shape checks visit: 1, the default probe, and the capped maximum."""
-        return tuple(sorted({1, self.probe_length(), self.length_cap()}))
+        return tuple(sorted({self.accepted_length(1), self.probe_length(), self.length_cap()}))
 
     def length_cap(self) -> int:
         """The longest probe: max_len and the capacity (``tfcheck.model.capacity``, settled by the trial
         forward; collection, before it, reads max_len alone) and the memory budget's cap, but never over
         PROBE_LENGTH_CAP unless probe_len asks for more."""
         limits = [n for n in (self.facts.max_len, self.facts.capacity, self.facts.memory_cap) if n]
-        return min([probe_cap(self), *limits])
+        cap = min([probe_cap(self), *limits])
+        multiple = self.facts.length_multiple or 1
+        return max(multiple, cap // multiple * multiple)
+
+    def accepted_length(self, n: int) -> int:
+        """``n``, or for a model that takes multiples of length_multiple only, the multiple at or above it (below
+        it where that passes the cap)."""
+        multiple = self.facts.length_multiple or 1
+        up = -(-n // multiple) * multiple
+        return up if up <= self.length_cap() else max(multiple, n // multiple * multiple)
 
     def probe_length(self, default: int = PROBE_LENGTH) -> int:
         """A check's probe length: its default, or the declared probe_len; capped (see ``length_cap``)."""
@@ -126,7 +135,7 @@ class Subject:
             longest = max(defaults)
             defaults = tuple(max(1, round(n * probe_len / longest)) for n in defaults)
         cap = self.length_cap()
-        return tuple(min(n, cap) for n in defaults)
+        return tuple(self.accepted_length(min(n, cap)) for n in defaults)
 
     # ----- inputs and outputs (tfcheck.model.inputs / outputs) ------------------------------------
     def make_inputs(self, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:

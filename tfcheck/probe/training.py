@@ -44,7 +44,7 @@ def budget(subject) -> tuple[int, str]:
 
 def batch_size(subject) -> tuple[int, int]:
     cap = subject.probe_lengths()[-1]
-    return TRAIN_BATCH, max(2, min(TRAIN_LENGTH, cap))
+    return TRAIN_BATCH, subject.accepted_length(max(2, min(TRAIN_LENGTH, cap)))
 
 
 def call_copy(ctx, model: nn.Module, args: tuple, kwargs: dict, what: str, grad: bool = True) -> Any:

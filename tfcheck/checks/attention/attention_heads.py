@@ -51,6 +51,10 @@ def attention_heads(ctx) -> list[Finding]:
     subject = ctx.subject
     lengths = _lengths(subject)
     if lengths is None:
+        if (subject.facts.length_multiple or 1) > 1:
+            return [_skip(f"not applicable: one probe length of at least 3 fits (length_multiple="
+                          f"{subject.facts.length_multiple}, longest {subject.length_cap()}), where two are needed to "
+                          "tell a head size from a length")]
         return [_skip("not applicable: the model takes fewer than 3 positions (max_len), too few to tell "
                       "one position from another")]
     problems: dict[str, Finding] = {}
@@ -103,8 +107,8 @@ def _keep_first(problems: dict[str, Finding], finding: Finding | None) -> None:
 def _lengths(subject) -> tuple[int, ...] | None:
     chosen = tuple(sorted(set(subject.scaled_lengths(*LENGTHS))))
     if len(chosen) < 2:
-        cap = subject.length_cap()
-        chosen = tuple(n for n in (cap - 1, cap) if n >= 3)
+        cap, step = subject.length_cap(), subject.facts.length_multiple or 1
+        chosen = tuple(n for n in (cap - step, cap) if n >= 3)
     return chosen if len(chosen) == 2 else None
 
 

@@ -44,6 +44,9 @@ def _not_applicable(subject) -> NotApplicable | None:
                              "one token at a time")
     if subject.probe_length(LENGTH) < 2:
         return NotApplicable("the model takes a single position (max_len)")
+    if (subject.facts.length_multiple or 1) > 1:
+        return NotApplicable(f"the model takes lengths that are multiples of {subject.facts.length_multiple} only "
+                             "(length_multiple), and decoding feeds one token at a time")
     return None
 
 

@@ -32,7 +32,8 @@ def forward_smoke(ctx) -> list[Finding]:
         made_by = explanation.location.module if explanation.row == "mat1-mat2-shapes" else None
         if explanation.row == "tensor-size-mismatch":
             explanation, made_by = _with_residual_culprit(ctx, explanation, length)
-        return [_failed(ctx.subject, explanation, made_by)]
+        failed = _failed(ctx.subject, explanation, made_by)
+        return [_with_lengths_that_run(ctx, failed, length)]
     out = trial.result.output
     if trial.size_constraint is not None:
         # The small sizes are distinct so that no axis can pass for another; at the defaults two may be equal
@@ -82,6 +83,34 @@ def _failed(subject, explanation, made_by: str | None) -> Finding:
         location = Location("" if raised.module is None else raised.module, reason="the error was raised outside "
                             "the user's code (no frame of it on the traceback)")
     return Finding(ID, Status.FAIL, message, location, explanation.evidence, explanation.row, related=related)
+
+
+#: Lengths tried after the forward raised at the probe length: a model that takes multiples of a bucket, block or
+#: chunk size only (Sinkhorn's buckets, a hierarchical attention's powers of two) runs at some of them.
+RETRY_LENGTHS = (2, 4, 8, 16, 32, 64)
+
+
+def _with_lengths_that_run(ctx, failed: Finding, length: int) -> Finding:
+    """The failure, with the lengths the model does run at (one forward at batch 1 each) and the declaration that
+    says so, when it runs at any: then the probe length, not the model, is what raised."""
+    subject = ctx.subject
+    if subject.takes_target or (subject.facts.length_multiple or 1) > 1:
+        return failed
+    ran = []
+    for n in (n for n in RETRY_LENGTHS if n != length and n <= subject.length_cap()):
+        try:
+            ctx.run(*subject.make_inputs(1, n), f"a forward at batch 1, length {n}, after length {length} raised")
+        except Exception:  # noqa: BLE001 - the model raises there too: that length is not one it takes
+            continue
+        ran.append(n)
+    if not ran:
+        return failed
+    listed = ", ".join(str(n) for n in ran)
+    hint = (f" It runs at length{'s' if len(ran) > 1 else ''} {listed} (batch 1), so the length may be what it "
+            f"refuses: if it takes only multiples of {ran[0]}, declare length_multiple={ran[0]} and every probe is "
+            f"rounded to one (if it needs {ran[0]} positions at least, min_len={ran[0]}).")
+    return dataclasses.replace(failed, message=failed.message + hint,
+                               evidence={**failed.evidence, "runs_at_lengths": ran})
 
 
 def _target_note(subject, length: int) -> str:
