@@ -173,3 +173,21 @@ def test_a_padded_vocabulary_true_size_is_shrunk_so_the_logits_are_vocab_size_wi
     finding = _shape(f"transformers:{name}")
     assert finding.status is Status.PASS, finding.message
     assert "(batch, length, 101)" in finding.message
+
+
+class TopKOverKeys(_Encoder):
+    """Attention that keeps the 3 largest scores per query (x-transformers' attn_sparse_topk): fewer than 3 keys
+    cannot run."""
+
+    def forward(self, ids):
+        x = self.states(ids)
+        scores = x @ x.transpose(-2, -1)
+        kept = scores.topk(3, dim=-1).values[..., -1:]
+        return self.norm(torch.softmax(scores.masked_fill(scores < kept, float("-inf")), dim=-1) @ x)
+
+
+def test_a_model_that_raises_below_a_length_names_the_shortest_it_runs_at_and_min_len():
+    finding = _shape(TopKOverKeys, kind="encoder", d_model=D)
+    assert finding.status is Status.FAIL and "It runs from length 3 (batch 1)" in finding.message
+    assert "declare min_len=3" in finding.message
+    assert _shape(TopKOverKeys, kind="encoder", d_model=D, min_len=3).status is Status.PASS

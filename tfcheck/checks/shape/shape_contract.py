@@ -168,7 +168,7 @@ def _raised(ctx, raised: ModelRaised, batch: int, length: int) -> Finding:
     (a buffer or parameter sliced to fewer rows than the input has), the line that built the module holding
     the table: its size was chosen there."""
     e = raised.explanation
-    finding = Finding(ID, Status.FAIL, e.message, e.location, e.evidence, e.row)
+    finding = Finding(ID, Status.FAIL, e.message + _shortest_that_runs(ctx, length), e.location, e.evidence, e.row)
     table = _table_read_by_raising_op(ctx, batch, length)
     if table is None:
         return finding
@@ -181,6 +181,25 @@ def _raised(ctx, raised: ModelRaised, batch: int, length: int) -> Finding:
     return dataclasses.replace(finding, location=built, related=related,
                                message=f"{e.message} The op reads '{table}', which holds fewer rows than the input "
                                "has positions: it is sized where that module is built.")
+
+
+def _shortest_that_runs(ctx, length: int) -> str:
+    """Where the model raised below the probe length (which ran): the shortest length it runs at (batch 1, tried
+    upwards) and the min_len declaration that says a design needs that many positions; "" when none is found."""
+    subject = ctx.subject
+    probe = subject.probe_length()
+    for n in range(length + 1, probe):
+        try:
+            ctx.run(*subject.make_inputs(1, n), f"a forward at batch 1, length {n}, after length {length} raised")
+        except ModelRaised:
+            continue
+        if subject.facts.causal is True:
+            return (f" It runs from length {n} (batch 1). A causal model must run on a prompt that short to start "
+                    "generating, so this is a bug of it (a top-k over fewer keys than k); if it is never given fewer "
+                    f"than {n} tokens, declare min_len={n}.")
+        return (f" It runs from length {n} (batch 1): if it needs {n} positions at least by design (a top-k over "
+                f"the keys, a pooling), declare min_len={n}.")
+    return ""
 
 
 def _table_read_by_raising_op(ctx, batch: int, length: int) -> str | None:
