@@ -469,6 +469,11 @@ def _cell(text: str) -> str:
 #: them, so that a reader can tell a bug tfcheck found from a false alarm still to fix. Each was measured against
 #: the model's code by hand; a class whose failure is gone, or that fails another check, is not marked.
 TRUE_FINDINGS: dict[str, tuple[str, str]] = {
+    "VoxtralRealtimeTextModel": ("forward.smoke", (
+        "its decoder layers apply ada_rms_norm(t_cond) unconditionally (modeling_voxtral_realtime.py:728), t_cond "
+        "defaulting to None, and only the parent VoxtralRealtimeModel computes it (:989) and passes it through "
+        "**kwargs (:998): called alone with input_ids, as MODEL_MAPPING lists it, the class raises whatever its "
+        "config")),
     **dict.fromkeys(("YosoModel", "YosoForMaskedLM"), ("mask.padding", (
         "modeling_yoso.py:356 reads the mask as additive (1.0 + mask / 10000.0, then .int()), but YosoModel.forward "
         "passes the raw 0/1 mask: both values become 1 and the pads are attended"))),
