@@ -4,14 +4,9 @@ check inside tfcheck.model.deferred_torch's window. Counted, not timed: each tes
 found, since this one has long imported both."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from fresh_interpreter import found_by
 
 _SCRIPT = r'''
 import builtins, gc, json, sys, types
@@ -40,9 +35,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def found() -> dict:
-    run = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return found_by(_SCRIPT)
 
 
 def test_the_battery_on_the_reference_lm_imports_neither_dynamo_nor_sympy(found):

@@ -3,14 +3,9 @@ Python meta kernels ask them only what plain values answer (tfcheck/model/deferr
 timed: each test reads what one fresh interpreter found, since this one has long imported both."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from fresh_interpreter import found_by
 
 # Run in a fresh interpreter: the guard as tfcheck calls it, then what it left behind, then a constructor that
 # uses sympy itself and real dynamo afterwards.
@@ -52,9 +47,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def found() -> dict:
-    run = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return found_by(_SCRIPT)
 
 
 def test_the_size_guard_imports_neither_dynamo_nor_sympy_for_the_reference_lm(found):
