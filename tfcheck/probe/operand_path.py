@@ -171,12 +171,16 @@ GATHERS = frozenset({"gather", "index_select", "take_along_dim", "take", "__geti
 RANKINGS = frozenset({"topk", "argmax", "argmin", "argsort", "sort", "max", "min", "kthvalue", "multinomial"})
 
 
-def routed_by_content(recording: Recording, tensor_id: int | None, before: int) -> OpEvent | None:
-    """The gather among ``tensor_id``'s ancestors (within REACH ops) that picks elements by indices ranked from
-    activations (a top-k or k-means routing), or None: an operand made so holds tokens in the routing's order, not
-    the sequence's. Indices counted from positions (an arange, a window) are no routing."""
+def routed_by_content(recording: Recording, tensor_id: int | None, before: int, projections: set[int],
+                      within: set[int]) -> OpEvent | None:
+    """The gather on the way from ``tensor_id`` back to its projection (the walk stops at ``projections``' outputs
+    and at ops outside the module calls ``within``: the attention's own block, so a mixture of experts' routing in an
+    earlier layer is no part of it) that picks elements by indices ranked from activations (a top-k or k-means
+    routing), or None: an operand made so holds tokens in the routing's order, not the sequence's. Indices counted
+    from positions (an arange, a window) are no routing."""
     producers = _producers(recording, before)
-    for op in _ancestors(producers, tensor_id, set()):
+    local = {i: op for i, op in producers.items() if op.call in within}
+    for op in _ancestors(local, tensor_id, projections):
         if op.short_name in GATHERS and any(
                 _ranked(producers, i) for meta, i in zip(op.inputs, op.input_ids) if _integral(meta)):
             return op

@@ -8,7 +8,7 @@ import torch
 from tfcheck.probe.attention_sites import AttentionSite, CapturedOp, SiteCollector
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.operand_path import operand_ids, path_to_projection, routed_by_content
-from tfcheck.probe.recorder import Recorder, Recording
+from tfcheck.probe.recorder import OpEvent, Recorder, Recording
 
 
 def value_id(site: AttentionSite) -> int | None:
@@ -24,8 +24,7 @@ def value_id(site: AttentionSite) -> int | None:
 
 def projection_inputs(site: AttentionSite, recording: Recording, captured: list[CapturedOp]) -> dict[str, torch.Tensor]:
     """{"q"|"k"|"v": the activation that operand's projection read}, for the operands whose path reaches one."""
-    before = [c for c in captured if c.event.index < site.score_op.index and not c.extra.get("no_parameter")
-              and c.operands and c.operands[0] is not None]
+    before = _projections_before(site, captured)
     projections = {i: c.event for c in before for i in c.event.output_ids}
     read = {c.event.index: c.operands[0] for c in before}
     q_id, k_id = operand_ids(site.score_op)
@@ -36,6 +35,27 @@ def projection_inputs(site: AttentionSite, recording: Recording, captured: list[
         if source is not None:
             found[name] = source
     return found
+
+
+def _projections_before(site: AttentionSite, captured: list[CapturedOp]) -> list[CapturedOp]:
+    return [c for c in captured if c.event.index < site.score_op.index and not c.extra.get("no_parameter")
+            and c.operands and c.operands[0] is not None]
+
+
+def routed_operands(site: AttentionSite, recording: Recording, captured: list[CapturedOp]) -> dict[str, OpEvent]:
+    """{"q"|"k": the gather that put its tokens in an order ranked from activations}, looked for between the operand
+    and its projection, within the module one level above the score product's (the attention block)."""
+    projections = {i for c in _projections_before(site, captured) for i in c.event.output_ids}
+    calls = recording.calls
+    block = calls[site.score_op.call].parent if site.score_op.call is not None else None
+    within = {block} if block is not None else set()
+    for call in calls:  # parents come before their children
+        if call.parent in within:
+            within.add(call.index)
+    if not within:
+        return {}
+    return {name: op for name, tensor_id in zip("qk", operand_ids(site.score_op))
+            if (op := routed_by_content(recording, tensor_id, site.score_op.index, projections, within))}
 
 
 def by_position(t: torch.Tensor, batch: int, length: int) -> torch.Tensor | None:
@@ -56,6 +76,5 @@ def record_sites(ctx, args: tuple, kwargs: dict, what: str):
     sites = collector.sites(recorder.recording)
     for site in sites:
         site.projected_from = projection_inputs(site, recorder.recording, collector.captured)
-        site.routed_by = {name: op for name, tensor_id in zip("qk", operand_ids(site.score_op))
-                          if (op := routed_by_content(recorder.recording, tensor_id, site.score_op.index))}
+        site.routed_by = routed_operands(site, recorder.recording, collector.captured)
     return probe, sites
