@@ -46,3 +46,26 @@ def test_the_battery_on_the_reference_lm_imports_neither_dynamo_nor_sympy(found)
 def test_the_battery_leaves_no_stand_in_behind(found):
     assert found["left"] == {"import hook": False, "torch._dynamo": False, "cached no-op disables": 0}
     assert found["dynamo after"] is True
+
+
+_PROGRAM = r'''
+import contextlib, gc, io, json, sys
+from tfcheck.cli import main
+
+spec = ["check", "--only", "shape.contract", "reference_model:TransformerLM"]
+with contextlib.redirect_stdout(io.StringIO()):
+    called = main(spec)  # as a function: the collector as it was
+out = {"called": [called, gc.isenabled(), gc.get_freeze_count()]}
+sys.argv = ["tfcheck", *spec]
+with contextlib.redirect_stdout(io.StringIO()) as printed:
+    program = main()  # as the program: imports with the collector paused, then frozen
+out["program"] = [program, gc.isenabled(), gc.get_freeze_count() > 100_000, printed.getvalue().splitlines()[-1]]
+print(json.dumps(out))
+'''
+
+
+def test_the_program_imports_with_the_collector_paused_and_a_call_leaves_it_alone():
+    found = found_by(_PROGRAM)
+    assert found["called"] == [0, True, 0]
+    program, enabled, frozen, verdict = found["program"]
+    assert (program, enabled, frozen) == (0, True, True) and verdict.startswith("PASS 1 passed")
