@@ -49,3 +49,17 @@ def test_with_length_multiple_every_probe_is_a_multiple_and_the_battery_runs_cle
     assert report.result("mask.causal").status is Status.PASS
     assert "decode.cache" not in {r.check for r in report.results}  # one token at a time is no multiple of 4
     assert any(a.key == "length_multiple" and a.value == BUCKET for a in report.assumptions)
+
+
+class RefusesBatchesOfThree(BucketedLM):
+    """Raises on a batch of 3 at any length: the batch, not the length, is what it refuses."""
+
+    def forward(self, ids, past_key_values=None):
+        assert ids.shape[0] != 3, "batches of 3 are not supported"
+        return self.head(self.emb(ids))
+
+
+def test_a_model_that_runs_alone_at_the_probe_length_gets_no_length_hint():
+    finding = tfcheck.run_checks(RefusesBatchesOfThree, only=["forward.smoke"]).models[0].results[0].findings[0]
+    assert finding.status is Status.FAIL and "length_multiple" not in finding.message
+    assert "runs_at_lengths" not in finding.evidence

@@ -94,21 +94,25 @@ def _with_lengths_that_run(ctx, failed: Finding, length: int) -> Finding:
     """The failure, with the lengths the model does run at (one forward at batch 1 each) and the declaration that
     says so, when it runs at any: then the probe length, not the model, is what raised."""
     subject = ctx.subject
-    if subject.takes_target or (subject.facts.length_multiple or 1) > 1:
+    if subject.takes_target or (subject.facts.length_multiple or 1) > 1 or failed.row == "out-of-memory":
         return failed
-    ran = []
-    for n in (n for n in RETRY_LENGTHS if n != length and n <= subject.length_cap()):
+
+    def runs(n: int) -> bool:
         try:
             ctx.run(*subject.make_inputs(1, n), f"a forward at batch 1, length {n}, after length {length} raised")
-        except Exception:  # noqa: BLE001 - the model raises there too: that length is not one it takes
-            continue
-        ran.append(n)
+        except Exception:  # noqa: BLE001 - the model raises there too
+            return False
+        return True
+    if runs(length):  # alone, at the same length, it runs: the batch, not the length, is what it refuses
+        return failed
+    ran = [n for n in RETRY_LENGTHS if n != length and n <= subject.length_cap() and runs(n)]
     if not ran:
         return failed
     listed = ", ".join(str(n) for n in ran)
-    hint = (f" It runs at length{'s' if len(ran) > 1 else ''} {listed} (batch 1), so the length may be what it "
-            f"refuses: if it takes only multiples of {ran[0]}, declare length_multiple={ran[0]} and every probe is "
-            f"rounded to one (if it needs {ran[0]} positions at least, min_len={ran[0]}).")
+    shortest = f" (if it needs {ran[0]} positions at least, min_len={ran[0]})" if ran[0] > length else ""
+    hint = (f" It runs at length{'s' if len(ran) > 1 else ''} {listed} (batch 1), so the length is what it refuses: "
+            f"if it takes only multiples of {ran[0]}, declare length_multiple={ran[0]} and every probe is rounded to "
+            f"one{shortest}.")
     return dataclasses.replace(failed, message=failed.message + hint,
                                evidence={**failed.evidence, "runs_at_lengths": ran})
 
