@@ -1,7 +1,9 @@
-"""shape.residual false alarms on real implementations (issue 15), fixed at their cause, and the look-alike bug that
-still warns: a sublayer fed a token shift of the stream written inline (simple-hierarchical-transformer's
+"""shape.residual false alarms on real implementations (issue 15), fixed at their cause, and the look-alike bugs that
+still warn: a sublayer fed a token shift of the stream written inline (simple-hierarchical-transformer's
 ``x = self.ff(token_shift(x)) + x``: chunk, pad and cat in the block's own forward) sits inside its residual; the same
-sublayer with nothing added back does not."""
+sublayer with nothing added back does not. A mixture of experts' router (a softmax over a Linear's output, whose
+weights scale the experts) is no attention that needs a residual of its own (17 Hugging Face MoE classes warned
+"no residual path around the attention in 'mlp.router'"); an attention with nothing added back still warns."""
 from __future__ import annotations
 
 import torch
@@ -57,3 +59,63 @@ def test_the_same_sublayer_with_nothing_added_back_still_warns():
     assert result.status is Status.WARN, str(result)
     assert [f.row for f in result.findings] == ["residual-missing"]
     assert "'ff.2'" in result.findings[0].message
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+    def forward(self, x):
+        scores = self.q(x) @ self.k(x).transpose(-2, -1) / D ** 0.5
+        return torch.softmax(scores, dim=-1) @ self.v(x)
+
+
+class Router(nn.Module):
+    def __init__(self, experts: int = 2):
+        super().__init__()
+        self.gate = nn.Parameter(torch.randn(experts, D) * 0.1)
+
+    def forward(self, x):
+        return torch.softmax(x @ self.gate.t(), dim=-1)  # routing weights: a projection's output, softmaxed
+
+
+class MoELM(TokenShiftLM):
+    def __init__(self):
+        super().__init__()
+        self.attn = SelfAttention()
+        self.router = Router()
+        self.experts = nn.ModuleList([nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+                                      for _ in range(2)])
+
+    def block(self, x):
+        """An attention, then each token to its top expert, accumulated in place into a zero tensor, as Hugging
+        Face's MoE blocks do."""
+        x = x + self.attn(x)
+        weight, chosen = self.router(x).reshape(-1, 2).topk(1, dim=-1)
+        tokens, out = x.reshape(-1, D), torch.zeros_like(x).reshape(-1, D)
+        for e, expert in enumerate(self.experts):
+            rows = (chosen.squeeze(-1) == e).nonzero().squeeze(-1)
+            out.index_add_(0, rows, expert(tokens[rows]) * weight[rows])
+        return x + out.reshape(x.shape)
+
+
+class AttentionWithoutResidual(TokenShiftLM):
+    def __init__(self):
+        super().__init__()
+        self.attn = SelfAttention()
+
+    def block(self, x):
+        h = self.attn(x)  # the attention's output replaces the stream
+        return self.ff(h) + h
+
+
+def test_a_mixture_of_experts_router_is_no_attention_that_needs_a_residual():
+    result = _residual(MoELM)
+    assert result.status is Status.PASS, str(result)
+
+
+def test_an_attention_with_nothing_added_back_still_warns():
+    result = _residual(AttentionWithoutResidual)
+    assert result.status is Status.WARN and [f.evidence["sublayer"] for f in result.findings] == ["attention"], \
+        str(result)

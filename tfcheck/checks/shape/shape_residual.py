@@ -17,8 +17,15 @@ from tfcheck.report.status import Status
 ID = "shape.residual"
 ADDS = frozenset({"add", "__add__", "__radd__", "__iadd__", "add_"})
 INPLACE_ADDS = frozenset({"__iadd__", "add_"})
+#: In-place writes into their first argument that return nothing of their own to follow (``__setitem__``) or that
+#: write values other than a sum: the rows of experts, scattered back.
+INPLACE_WRITES = frozenset({"__setitem__", "index_add_", "index_copy_", "index_put_", "scatter_", "scatter_add_",
+                            "scatter_reduce_", "masked_scatter_"})
 ATTENTION_OPS = frozenset({"softmax", "_softmax", "_safe_softmax", "scaled_dot_product_attention",
                            "multi_head_attention_forward", "_native_multi_head_attention"})
+#: Attention ops that are an attention by themselves; a softmax is one only over a product of two activations.
+FUSED_ATTENTION = ATTENTION_OPS - {"softmax", "_softmax", "_safe_softmax"}
+SCORE_PRODUCTS = frozenset({"matmul", "__matmul__", "__rmatmul__", "bmm", "baddbmm", "einsum"})
 #: Ops whose output reads only their input's shape, dtype and device, never its values: a tensor made by one
 #: (torch.ones_like(x), x.new_zeros(...)) does not carry x's values, so a table built from it is no sublayer of x.
 SHAPE_ONLY_OPS = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
@@ -51,7 +58,8 @@ def shape_residual(ctx) -> list[Finding]:
     graph = Dataflow(recorded_probe.shared(ctx).recording)
     residuals = graph.residuals()
     findings = [_width_finding(r, graph) for r in residuals if r.stream != r.branch]
-    findings += [_missing_finding(kind, call, graph) for kind, call in graph.uncovered(residuals)]
+    parameters = {id(p) for p in ctx.subject.model.parameters()}
+    findings += [_missing_finding(kind, call, graph) for kind, call in graph.uncovered(residuals, parameters)]
     if findings:
         return findings
     if not residuals:
@@ -131,10 +139,13 @@ class Dataflow:
     def __init__(self, recording: Recording):
         self.rec = recording
         self.made_by: dict[int, int] = {}
-        # In-place updates of a tensor (m += a): its value now also depends on the update's operands.
+        # In-place updates of a tensor (m += a; a mixture of experts writing each expert's rows into its output:
+        # out.index_add_(0, rows, expert(x[rows])), out[rows] = ...): its value now also depends on their operands.
         self.updated_by: dict[int, list[int]] = {}
         for op in recording.ops:
             if op.level == "function" or op.parent_op is None:
+                if op.short_name in INPLACE_WRITES and op.input_ids:
+                    self.updated_by.setdefault(op.input_ids[0], []).append(op.index)
                 for t in op.output_ids:
                     # An op that hands back one of its inputs (dropout in eval, an in-place op) did not
                     # make that tensor: keep its real maker, or the chain back to the sublayer breaks.
@@ -285,10 +296,11 @@ class Dataflow:
         makers = [c for c in self.rec.calls if t in c.output_ids and t not in c.input_ids]
         return max(makers, key=lambda c: c.index) if makers else None
 
-    def uncovered(self, residuals: list[Residual]) -> list[tuple[str, ModuleCall]]:
-        """Attention and feed-forward sublayers whose output no residual add carries around them."""
+    def uncovered(self, residuals: list[Residual], parameters: set[int]) -> list[tuple[str, ModuleCall]]:
+        """Attention and feed-forward sublayers whose output no residual add carries around them (``parameters``:
+        the model's parameter identities, which tell an attention's q·kᵀ from a router's projection)."""
         out: list[tuple[str, ModuleCall]] = []
-        for kind, call in self._sublayers():
+        for kind, call in self._sublayers(parameters):
             if self._adds_its_input(call) or any(self._carries(r, call) for r in residuals):
                 continue
             if not any(call.path == c.path for _, c in out):
@@ -321,16 +333,41 @@ class Dataflow:
         return r.add.index >= call.first_op and \
             any(call.first_op <= self.made_by.get(t, -1) <= call.last_op for t in r.add.input_ids)
 
-    def _sublayers(self) -> list[tuple[str, ModuleCall]]:
+    def _sublayers(self, parameters: set[int]) -> list[tuple[str, ModuleCall]]:
         found = []
         for call in self.rec.calls:
             if call.parent is None or not call.output_ids:
                 continue
             direct = [o for o in self.rec.ops_in(call) if o.call == call.index]
-            if any(o.short_name in ATTENTION_OPS for o in direct):
+            if any(o.short_name in FUSED_ATTENTION or (o.short_name in ATTENTION_OPS and self._scores(o, parameters))
+                   for o in direct):
                 found.append(("attention", call))
         found += [("feed-forward", c) for c in self._feed_forwards()]
         return found
+
+    def _scores(self, softmax: OpEvent, parameters: set[int]) -> bool:
+        """Whether a softmax normalises what a product of two activations made (q·kᵀ, then scaled, masked, biased or
+        re-viewed): walked back through the ops, not past a projection (an op that reads a parameter), so a mixture
+        of experts' router, a softmax of a Linear's output, is no attention."""
+        seen: set[int] = set()
+        todo = list(softmax.input_ids[:1])
+        while todo and len(seen) < INLINE_OPS * 8:
+            op = self.by_index.get(self.made_by.get(todo.pop(), -1))
+            if op is None or op.index in seen or any(self._from_parameters(i, parameters) for i in op.input_ids):
+                continue
+            seen.add(op.index)
+            if op.short_name in SCORE_PRODUCTS and len(op.input_ids) >= 2:
+                return True
+            todo.extend(op.input_ids)
+        return False
+
+    def _from_parameters(self, t: int, parameters: set[int], depth: int = 4) -> bool:
+        """A parameter, or a tensor made from parameters alone (``self.weight.t()``)."""
+        if t in parameters:
+            return True
+        op = self.by_index.get(self.made_by.get(t, -1))
+        return depth > 0 and op is not None and bool(op.input_ids) and \
+            all(self._from_parameters(i, parameters, depth - 1) for i in op.input_ids)
 
     def _feed_forwards(self) -> list[ModuleCall]:
         """Linear pairs d -> d_ff -> d (widening then narrowing back), returned as the narrowing call."""
