@@ -129,7 +129,7 @@ def test_each_cache_bug_fails_from_the_first_cached_step(variant):
 
 def test_top_left_is_causal_is_named_at_its_op():
     finding = result(broken.CacheWithTopLeftIsCausal, CACHE).findings[0]
-    assert "is_causal=True on 1 queries and 5 keys" in finding.message
+    assert "is_causal=True on 1 queries and 6 keys" in finding.message
     assert finding.location.module == "layers.0.attn" and finding.location.file.endswith("heads.py")
 
 

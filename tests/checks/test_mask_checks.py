@@ -148,7 +148,7 @@ def test_no_positive_control_is_inconclusive_never_a_pass():
 
 def test_cost_is_a_constant_number_of_batched_passes():
     causal = result("reference_model:TransformerLM", CAUSAL).cost
-    assert (causal.forward, causal.token_passes) == (2, 10 * 9 + 17 * 16)  # lengths 9 and 16: every position + base
+    assert (causal.forward, causal.token_passes) == (2, 8 * 7 + 17 * 16)  # lengths 7 and 16: every position + base
     padding = result("reference_model:TransformerLM", PADDING).cost
     assert (padding.forward, padding.token_passes) == (2, 9 * 10 + 6)  # 3 groups of 3 samples; 1 unpadded
 
@@ -158,8 +158,9 @@ def test_long_probes_keep_a_constant_batch_and_still_catch_leaks(probe_len):
     declared = {"probe_len": probe_len, "kwargs": {"max_len": 64}}
     causal = result("reference_model:TransformerLM", CAUSAL, **declared)
     assert causal.status is Status.PASS, str(causal.findings)
-    short = (probe_len * 9 + 8) // 16  # the default lengths 9 and 16 scaled so the longer is probe_len
-    assert causal.cost.forward == 2 and causal.cost.token_passes == 17 * (short + probe_len)  # 16 positions + base
+    short = round(7 * probe_len / 16)  # the default lengths 7 and 16 scaled so the longer is probe_len
+    rows = min(short, 16) + 1  # every position up to 16, and the base
+    assert causal.cost.forward == 2 and causal.cost.token_passes == rows * short + 17 * probe_len
     for variant, pattern in [(broken.CausalMaskOffByOne, "diagonal off by one"),
                              (broken.LMWithoutCausalMask, "no mask at all"), (broken.CausalMaskInverted, "inverted")]:
         finding = result(variant, CAUSAL, **declared).findings[0]

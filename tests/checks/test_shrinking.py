@@ -251,7 +251,7 @@ def test_a_leak_beyond_the_default_lengths_is_searched_up_to_the_checks_own_leng
     class LMWithCacheOf20(LMWithShortCausalCache):
         CACHED = 20
 
-    assert result(LMWithCacheOf20, CAUSAL).status is Status.PASS  # lengths 9 and 16 cannot see it
+    assert result(LMWithCacheOf20, CAUSAL).status is Status.PASS  # lengths 7 and 16 cannot see it
     finding, example = minimal(LMWithCacheOf20, CAUSAL, probe_len=32)
     assert example["length"] == 21 and "still leaks with batch 1, length 21" in finding.message
 

@@ -16,7 +16,7 @@ import torch
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.errors import UsageError
-from tfcheck.model.subject import TARGET_LENGTH_DELTA, forward_params
+from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA, forward_params
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -24,8 +24,9 @@ from tfcheck.report.status import Status
 ID = "decode.cache"
 ROW = "kv-cache-decode-mismatch"
 CACHE_ARGS = ("past_key_values", "past_key_value", "past", "kv_cache", "cache", "layer_past")
-#: Decoded length: a prefill of all but the last DECODE_STEPS tokens, then one token per step.
-LENGTH = 6
+#: Decoded length, the standard probe length: a prefill of all but the last DECODE_STEPS tokens, then one token
+#: per step.
+LENGTH = PROBE_LENGTH
 #: One-token steps after the prefill: a constant number of passes whatever the length. The first runs
 #: on the prefill's cache (offset bugs), the second on a cache a step appended to (append bugs).
 DECODE_STEPS = 2
@@ -53,8 +54,8 @@ def _not_applicable(subject) -> NotApplicable | None:
 @check(ID, "token-by-token decoding with the KV cache matches a full forward", rows=(ROW,),
        kinds=("decoder", "seq2seq", None), order=70, applies=_not_applicable)
 def decode_cache(ctx) -> list[Finding]:
-    """One full forward on a batch of 2 at length 6, then a prefill of the first 4 tokens and 2 forwards of
-    one token each with the cache the model returned; every position's output must equal the full
+    """One full forward on a batch of 2 at the probe length (7), then a prefill of the first 5 tokens and 2
+    forwards of one token each with the cache the model returned; every position's output must equal the full
     forward's, within rounding relative to the output's scale. Sample 1 differs from sample 0 in its first
     token only, so the later outputs must differ (positive control: the past reaches them)."""
     subject = ctx.subject

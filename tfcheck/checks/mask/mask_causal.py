@@ -31,6 +31,7 @@ from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import with_torch_causal_mask
 from tfcheck.model.structure import takes_torch_tgt_mask
+from tfcheck.model.subject import PROBE_LENGTH
 from tfcheck.probe import flow
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.frames import short_path
@@ -39,9 +40,10 @@ from tfcheck.report.status import Status
 from tfcheck.ui import leakmap
 
 ID = "mask.causal"
-#: Lengths of the verdict; the leak map shown is the longest (at most 16, so it stays readable).
-LENGTHS = (9, 16)
-#: Positions perturbed per length: all of them up to this many (the default lengths 9 and 16 are covered
+#: Lengths of the verdict: the standard probe length, and 16, whose leak map is the one shown (at most 16 rows, so
+#: it stays readable).
+LENGTHS = (PROBE_LENGTH, 16)
+#: Positions perturbed per length: all of them up to this many (the default lengths 7 and 16 are covered
 #: whole), else this many spread from first to last, so the batch stays constant however long the probe
 #: (``probe_len``).
 MAX_PERTURBED = 16
@@ -70,7 +72,7 @@ def _applies(subject) -> NotApplicable | None:
        order=40, applies=_applies, shrink=SHRINK)
 def mask_causal(ctx) -> list[Finding]:
     """Perturb positions of a random sequence one at a time (token and embedding; every one up to 16, else
-    16 spread from first to last) in one batched pass at lengths 9 and 16, and require the outputs at earlier
+    16 spread from first to last) in one batched pass at lengths 7 and 16, and require the outputs at earlier
     positions to stay within float rounding; perturbing the
     past must change them (positive control). On a leak: the leak map, the largest change, the first layer
     that shows it, the named pattern and the line to change (with the lines where the mask that reaches the

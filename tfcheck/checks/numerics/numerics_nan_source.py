@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
 from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
 from tfcheck.probe.recorder import OpEvent, Recorder
 from tfcheck.report.findings import Finding, Location, Related
@@ -23,7 +23,7 @@ from tfcheck.report.status import Status
 
 ID = "numerics.nan_source"
 ROW = "nan-from-masked-row"
-LENGTH = 8
+LENGTH = PROBE_LENGTH
 
 
 def _not_applicable(subject) -> NotApplicable | None:
