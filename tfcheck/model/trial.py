@@ -139,9 +139,14 @@ NOT_IN_THE_PROBE = frozenset({"sources", "capacity"})
 
 
 def settled(facts: Any) -> dict[str, Any]:
-    """The facts' values that make the probe, copied so that a rule changing a list in place shows."""
-    return {f.name: copy.deepcopy(getattr(facts, f.name)) for f in dataclasses.fields(facts)
-            if f.name not in NOT_IN_THE_PROBE}
+    """The facts' values that make the probe, copied so that a rule changing a list in place shows. A callable
+    (an ``inputs`` factory, a learning-rate schedule) is kept as itself: a copy of a ``functools.partial`` never
+    equals its original, which read as a changed fact and threw the trial's recording away."""
+    return {f.name: _kept(getattr(facts, f.name)) for f in dataclasses.fields(facts) if f.name not in NOT_IN_THE_PROBE}
+
+
+def _kept(value: Any) -> Any:
+    return value if callable(value) else copy.deepcopy(value)
 
 
 def probe_roles(subject: Subject, args: tuple, kwargs: dict) -> dict[int, str]:

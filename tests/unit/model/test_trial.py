@@ -104,3 +104,26 @@ def test_settle_facts_leaves_the_model_as_it_was():
     assert trial is not None and trial.ran and subject.facts.mask.layout == "b11s"
     assert subject.model.training  # run in eval mode, put back
     assert all(torch.equal(v, subject.model.state_dict()[k]) for k, v in before.items())
+
+
+def test_the_trials_recording_is_the_shared_recorded_probe_when_no_fact_changed():
+    """The reference models declare their warmup schedule as a functools.partial: a callable fact is compared as
+    itself, so the trial's recorded forward serves the checks that read recorded ops (no pass of their own)."""
+    subject = load_subject(LM)
+    assert run_check(subject, get("forward.smoke")).status is Status.PASS
+    residual = run_check(subject, get("shape.residual"))
+    assert residual.status is Status.PASS and (residual.cost.forward, residual.cost.reused) == (0, 1)
+
+
+def test_a_fact_the_trial_changes_still_throws_its_recording_away(monkeypatch):
+    """The other side: when a rule changes how the model is called, the recording is not of the checks' inputs."""
+    from tfcheck.model import trial
+
+    def changes_a_fact(subject, observed):
+        subject.facts.pad_id = 0 if subject.facts.pad_id != 0 else 1
+
+    monkeypatch.setattr(trial, "ADOPTERS", (*trial.ADOPTERS, changes_a_fact))
+    subject = load_subject(LM)
+    run_check(subject, get("forward.smoke"))
+    residual = run_check(subject, get("shape.residual"))
+    assert residual.cost.forward == 1
