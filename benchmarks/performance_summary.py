@@ -3,7 +3,8 @@
 1. The battery on the reference LM, a GPT-2-small shape (12 layers, d_model 768, random weights) and the reference
    seq2seq model: the probe battery's passes (forward + backward) and token-passes, the training checks' passes,
    and the whole battery's time over one forward+backward of the same model at the standard probe size (3 x 7).
-   Targets: probe battery <= 10 passes, training checks <= 15 passes on a healthy model.
+   Targets: probe battery <= 10 passes, training checks <= 15 passes on a healthy model. Then, per model, how many
+   of the probe battery's forwards a fused probe plan could save at most (pass_map.py), and why the rest stay apart.
 2. ``tfcheck check reference_model:TransformerLM`` over ``python -c "import torch"`` (median of --repeats
    interleaved runs; target <= 1.3x).
 3. ``trace_shapes`` over ``torchinfo.summary`` (and over a bare forward) at 1x1, 1x128 and 8x128 on the reference
@@ -22,6 +23,7 @@ import time
 
 import torch
 from battery_benchmark import fwd_bwd_seconds, gpt2_small
+from pass_map import ceiling_line, measure
 from startup_benchmark import TARGET as STARTUP_TARGET
 from startup_benchmark import TORCH, check_command, wall
 from trace_benchmark import MODELS as TRACE_MODELS
@@ -80,6 +82,10 @@ def main() -> None:
         print(battery_row("GPT-2 small shape", gpt2_small(), (torch.randint(1, 100, (3, 7)),)))
     print("(passes: forward + backward of the model; tokens: the probe battery's token-passes; ratio: the whole "
           "battery's seconds over one forward+backward at 3 x 7)")
+    print("\nthe probe battery's forwards by call (pass_map.py lists them one by one):")
+    models = [("reference LM", TransformerLM()), ("reference seq2seq", Seq2SeqTransformer())]
+    for name, model in models + ([] if args.quick else [("GPT-2 small shape", gpt2_small())]):
+        print(f"{name:18s} {ceiling_line(measure(model))}")
     print("\n2. start-up")
     print(startup_row(args.repeats))
     print("\n3. ", end="")
