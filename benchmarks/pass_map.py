@@ -41,6 +41,9 @@ APART = {
     "batch.independence": "the gate: fusing rows is sound only once it has passed",
     "dropout.eval": "a second eval forward from another random state",
     "shape.contract": "the batch size and length are what it tests",
+    # [x, x] then [permuted x, y]: in one batch the permuted copy would sit at another batch index, and a table
+    # indexed by the batch row could pass for a positional signal
+    "position.sensitivity": "the permuted sequence must sit at the original's batch index",
 }
 
 
