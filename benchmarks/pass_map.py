@@ -137,8 +137,10 @@ def why(p: Pass) -> str:
 
 
 def ceiling_line(passes: list[Pass]) -> str:
-    saved = sum(len(g) - 1 for g in shareable(passes))
-    reasons = collections.Counter(why(p) for p in passes)
+    groups = shareable(passes)
+    saved = sum(len(g) - 1 for g in groups)
+    reasons = collections.Counter(("shareable" if len(g) > 1 else "a call of its own (a cache, another length)")
+                                  if why(p) == "plain" else why(p) for g in groups for p in g)
     return (f"a fused plan could save at most {saved} of {len(passes)} forwards; by why they stay apart: "
             + "; ".join(f"{n} {reason}" for reason, n in reasons.most_common()))
 

@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--trace-threads", type=int, default=None,
                         help="torch threads for the trace rows (default: torch's)")
     args = parser.parse_args()
-    from reference_model import Seq2SeqTransformer, TransformerLM
+    from reference_model import Seq2SeqTransformer, TransformerEncoder, TransformerLM
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"\n1. the battery (targets: probe <= {PROBE_TARGET} passes, training <= {TRAINING_TARGET} passes)")
@@ -83,7 +83,8 @@ def main() -> None:
     print("(passes: forward + backward of the model; tokens: the probe battery's token-passes; ratio: the whole "
           "battery's seconds over one forward+backward at 3 x 7)")
     print("\nthe probe battery's forwards by call (pass_map.py lists them one by one):")
-    models = [("reference LM", TransformerLM()), ("reference seq2seq", Seq2SeqTransformer())]
+    models = [("reference LM", TransformerLM()), ("reference seq2seq", Seq2SeqTransformer()),
+              ("reference encoder", TransformerEncoder())]
     for name, model in models + ([] if args.quick else [("GPT-2 small shape", gpt2_small())]):
         print(f"{name:18s} {ceiling_line(measure(model))}")
     print("\n2. start-up")
