@@ -13,8 +13,11 @@ and outputs, so the recorder never keeps tensors alive.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -22,16 +25,19 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tfcheck.probe.frames import called_by_tfcheck, model_frame
+from tfcheck.probe.frames import _kind as frame_kind
+from tfcheck.probe.frames import model_frame
 from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.probe.tensor_meta import TensorMeta, describe, metas, structure_dict, structure_text, tensors_in
+from tfcheck.probe.tensor_meta import TensorMeta, describe, structure_dict, structure_text, tensors_in
+from tfcheck.probe.tensor_meta import described as _described
+from tfcheck.probe.tensor_meta import output_metas as _output_metas
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",
           ".__len__", ".__bool__", ".__index__", ".__format__", ".__repr__", ".__iter__",
           "_has_compatible_shallow_copy_type")
-#: Scalar arguments worth keeping with an op (the attention scale, a fill value, a softmax axis, ...).
-_SCALAR_KWARGS = ("dim", "scale", "value", "is_causal", "alpha", "beta", "eps", "dropout_p", "diagonal", "p")
+#: Where torch writes Tensor methods in Python (frames.called_by_tfcheck passes over them).
+_TENSOR_METHODS = os.path.join("torch", "_tensor.py")
 
 
 @dataclass
@@ -131,6 +137,7 @@ class Recorder:
         if functions:
             self._modes.append(_FunctionMode(self))
         self._aten_inside = aten if isinstance(aten, frozenset) else None
+        self._inside: dict[str, bool] = {}
         if aten is True:
             self._modes.append(_DispatchMode(self))
 
@@ -178,66 +185,64 @@ class Recorder:
     # send every .shape, .dtype, .device and .is_nested through the mode (most of its calls on a small model),
     # so they read them with it off. Those reads are never recorded either way.
     def _pre_hook(self, path: str, params: dict[int, int]):
+        calls, ops, stack = self.recording.calls, self.recording.ops, self._stack
+
         def hook(module, args, kwargs):
-            calls = self.recording.calls
-            parent = self._stack[-1] if self._stack else None
             with torch._C.DisableTorchFunction():
-                inputs = describe(list(args) + ([kwargs] if kwargs else []))
-            calls.append(ModuleCall(len(calls), path, type(module).__name__, len(self._stack), parent, inputs,
-                                    params[id(module)], first_op=len(self.recording.ops),
-                                    input_ids=self.ids((args, kwargs)) if self._alive is not None else ()))
-            self._stack.append(len(calls) - 1)
+                inputs = describe([*args, kwargs] if kwargs else list(args))
+            call = _new(ModuleCall)  # the fields left out keep their defaults
+            call.index, call.path, call.cls, call.depth = len(calls), path, type(module).__name__, len(stack)
+            call.parent, call.inputs, call.params, call.first_op = stack[-1] if stack else None, inputs, \
+                params[id(module)], len(ops)
+            if self._alive is not None:
+                call.input_ids = self.ids((args, kwargs))
+            calls.append(call)
+            stack.append(call.index)
         return hook
 
     def _post_hook(self):
+        calls, ops, stack = self.recording.calls, self.recording.ops, self._stack
+
         def hook(module, args, kwargs, output):
-            if self._stack:
-                call = self.recording.calls[self._stack.pop()]
+            if stack:
+                call = calls[stack.pop()]
                 with torch._C.DisableTorchFunction():
                     call.outputs = describe(output)
                 if self._alive is not None:
                     call.output_ids = self.ids(output)
-                call.last_op = len(self.recording.ops) - 1
+                call.last_op = len(ops) - 1
         return hook
 
-    # ----- ops ---------------------------------------------------------------------------------------
-    def begin(self, level: str, name: str, args: tuple, kwargs: dict) -> OpEvent:
-        """Append an event before the op runs, so the aten ops inside a function-level call follow it."""
-        ops = self.recording.ops
-        call = self._stack[-1] if self._stack else None
-        parent = self._function_op if level == "aten" else None
-        if parent is not None:  # the function-level call it runs inside already found the user's line
-            file, line = ops[parent].file, ops[parent].line
-        else:
-            file, line = model_frame(1) or (None, None)  # user_line(), one call less on every op
-        event = OpEvent(
-            len(ops), level, name, call, self.recording.calls[call].path if call is not None else "",
-            metas((args, kwargs)), (), _scalars(args, kwargs), file, line,
-            "backward" if torch._C._current_graph_task_id() != -1 else "forward", parent_op=parent,
-            input_ids=self.ids((args, kwargs)) if self._alive is not None else (),
-            # begin <- observe <- the mode's __torch_function__ <- the op's caller
-            by_tfcheck=parent is None and level == "function" and called_by_tfcheck(3))
-        ops.append(event)
-        return event
-
-    def finish(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
-        event.outputs = metas(out)
-        if self._alive is not None:
-            event.output_ids = self.ids(out)
-        if self.on_op is not None:
-            # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
-            # the recording, the other modes and the observer itself.
-            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-                self.on_op(event, args, kwargs, out)
-
+    # ----- ops: every recorded op passes here (hundreds in a forward): one frame, the event the one object made
     def observe(self, level: str, name: str, func, args: tuple, kwargs: dict) -> Any:
-        """Run one op and record it; aten ops run inside a function-level call point back at it."""
-        event = self.begin(level, name, args, kwargs)
+        """Run one op and record it; aten ops run inside a function-level call point back at it. The event is
+        appended before the op runs, so the aten ops inside a function-level call follow it."""
+        ops = self.recording.ops
+        stack = self._stack
+        call = stack[-1] if stack else None
         outer = self._function_op
+        event = _new(OpEvent)
         if level == "function":
-            self._function_op = event.index
+            # observe <- the mode's __torch_function__ <- the op's caller
+            event.file, event.line, by_tfcheck = _origin(sys._getframe(2))
+            if by_tfcheck:
+                event.by_tfcheck = True
+            self._function_op = len(ops)
+        elif outer is not None:  # the function-level call it runs inside already found the user's line
+            event.parent_op = outer
+            event.file, event.line = ops[outer].file, ops[outer].line
+        else:
+            event.file, event.line = _model_line(sys._getframe(2))
+        event.index, event.level, event.name, event.call = len(ops), level, name, call
+        event.module = self.recording.calls[call].path if call is not None else ""
+        event.inputs, event.scalars = _described(args, kwargs)
+        event.outputs = ()
+        event.phase = "forward" if _graph_task() == -1 else "backward"
+        if self._alive is not None:
+            event.input_ids = self.ids((args, kwargs))
+        ops.append(event)
         try:
-            if self._aten_inside is not None and level == "function" and name.rsplit(".", 1)[-1] in self._aten_inside:
+            if level == "function" and self._dispatches_inside(name):
                 with _DispatchMode(self):
                     out = func(*args, **kwargs)
             else:
@@ -247,8 +252,27 @@ class Recorder:
             raise
         finally:
             self._function_op = outer
-        self.finish(event, args, kwargs, out)
+        event.outputs = _output_metas(out)
+        if self._alive is not None:
+            event.output_ids = self.ids(out)
+        if self.on_op is not None:
+            # An observer's own tensor ops (a NaN test, a clone) are not the model's: keep them out of
+            # the recording, the other modes and the observer itself.
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                self.on_op(event, args, kwargs, out)
         return out
+
+    def _dispatches_inside(self, name: str) -> bool:
+        """Whether the aten ops inside this function-level call are recorded (``aten=`` a set of names)."""
+        if self._aten_inside is None:
+            return False
+        if name not in self._inside:
+            self._inside[name] = name.rsplit(".", 1)[-1] in self._aten_inside
+        return self._inside[name]
+
+
+_new = object.__new__
+_graph_task = torch._C._current_graph_task_id
 
 
 #: Each function's name as recorded, None for the noise: the mode asks for every call it sees.
@@ -258,10 +282,6 @@ _RECORDED_NAMES: dict = {}
 def _recorded_name(func) -> str | None:
     """torch's name for a function (resolve_name is slow: it catches warnings on every call), or None for a call
     that says nothing about the computation."""
-    try:
-        return _RECORDED_NAMES[func]
-    except (KeyError, TypeError):
-        pass
     name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
     recorded = None if name.endswith(_NOISE) else name
     try:
@@ -285,7 +305,10 @@ class _FunctionMode(_Entered, TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = _recorded_name(func)
+        try:
+            name = _RECORDED_NAMES[func]
+        except (KeyError, TypeError):
+            name = _recorded_name(func)
         if name is None:
             return func(*args, **(kwargs or {}))
         return self.recorder.observe("function", name, func, args, kwargs or {})
@@ -297,22 +320,52 @@ class _DispatchMode(_Entered, TorchDispatchMode):
         self.recorder = recorder
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.recorder.observe("aten", str(func), func, args, kwargs or {})
+        try:
+            name = _ATEN_NAMES[func]
+        except KeyError:  # str() of an aten op formats its schema's name each time
+            name = _ATEN_NAMES[func] = str(func)
+        return self.recorder.observe("aten", name, func, args, kwargs or {})
 
 
-def _scalars(args: tuple, kwargs: dict) -> dict:
-    """Scalar arguments: the named ones worth keeping, and positional numbers by position (a fill value,
-    a softmax axis, a scale passed positionally)."""
-    out: dict[str, Any] = {k: v for k, v in kwargs.items()
-                           if k in _SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))} if kwargs else {}
-    positional = None
-    for i, v in enumerate(args):  # most ops have none: no dict made for them
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            positional = positional or {}
-            positional[i] = v
-    if positional:
-        out["positional"] = positional
-    return out
+_ATEN_NAMES: dict = {}
+
+
+def _origin(frame: FrameType | None) -> tuple[str | None, int | None, bool]:
+    """(file, line) of the model's line of an op called from ``frame`` (``frames.model_frame``) and whether
+    tfcheck's own code called it (``frames.called_by_tfcheck``), each file's kind looked up once."""
+    caller = frame
+    while caller is not None and caller.f_code.co_filename.endswith(_TENSOR_METHODS):
+        caller = caller.f_back
+    if caller is None:
+        return None, None, False
+    kind = _file_kind(caller.f_code.co_filename)
+    if caller is frame and kind == "user":  # the common case: the model's own line called it
+        return frame.f_code.co_filename, frame.f_lineno, False
+    return (*_model_line(frame), kind == "tfcheck")
+
+
+def _model_line(frame: FrameType | None) -> tuple[str | None, int | None]:
+    """``frames.model_frame`` from ``frame`` (the caller of the mode's handler), or (None, None)."""
+    while frame is not None and _file_kind(frame.f_code.co_filename) == "tfcheck":
+        frame = frame.f_back
+    while frame is not None and (kind := _file_kind(frame.f_code.co_filename)) != "tfcheck":
+        if kind == "user":
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None, None
+
+
+#: Each file's kind (frames' rule), by file name: the walks above ask for a frame or more of every op.
+_FILE_KINDS: dict[str, str] = {}
+
+
+def _file_kind(filename: str) -> str:
+    kind = _FILE_KINDS.get(filename)
+    if kind is None:
+        if len(_FILE_KINDS) > 4096:
+            _FILE_KINDS.clear()
+        kind = _FILE_KINDS[filename] = frame_kind(filename)
+    return kind
 
 
 def _param_counts(model: nn.Module) -> dict[int, int]:

@@ -56,6 +56,74 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+def output_metas(out: Any) -> tuple[TensorMeta, ...]:
+    """``metas(out)``, a lone tensor (most ops' output) without the walk."""
+    if isinstance(out, torch.Tensor):
+        try:  # a hit is never a nested tensor: only TensorMeta.of adds, and never for one
+            return (_KNOWN[out.shape, out.dtype, out.device],)
+        except Exception:  # a new shape, a nested tensor's missing sizes, a symbolic size
+            return (TensorMeta.of(out),)
+    return metas(out)
+
+
+def described(args: tuple, kwargs: dict) -> tuple[tuple[TensorMeta, ...], dict]:
+    """(``metas((args, kwargs))``, ``scalars(args, kwargs)``) of one op's arguments, in one pass over flat
+    arguments (every recorded op asks); nested ones (a shape tuple, a list of tensors to cat) take the general
+    way."""
+    found = []
+    known = _KNOWN
+    positional = None
+    for i, v in enumerate(args):
+        kind = type(v)
+        if kind is not int and kind is not float and isinstance(v, torch.Tensor):
+            try:  # TensorMeta.of, inlined (see output_metas)
+                found.append(known[v.shape, v.dtype, v.device])
+            except Exception:
+                found.append(TensorMeta.of(v))
+        elif isinstance(v, (int, float)):
+            if kind is not bool:
+                if positional is None:
+                    positional = {}
+                positional[i] = v
+        elif kind is tuple or kind is list or kind is torch.Size:  # a shape (of ints: no tensor, no scalar)
+            for x in v:
+                if type(x) is not int:
+                    return metas((args, kwargs)), scalars(args, kwargs)
+        elif isinstance(v, (tuple, list, dict)):
+            return metas((args, kwargs)), scalars(args, kwargs)
+    out: dict[str, Any] = {}
+    if kwargs:
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor):
+                found.append(TensorMeta.of(v))
+            elif isinstance(v, (tuple, list, dict)):
+                return metas((args, kwargs)), scalars(args, kwargs)
+            elif k in SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None))):
+                out[k] = v
+    if positional:
+        out["positional"] = positional
+    return tuple(found), out
+
+
+#: Scalar arguments worth keeping with an op (the attention scale, a fill value, a softmax axis, ...).
+SCALAR_KWARGS = ("dim", "scale", "value", "is_causal", "alpha", "beta", "eps", "dropout_p", "diagonal", "p")
+
+
+def scalars(args: tuple, kwargs: dict) -> dict:
+    """Scalar arguments: the named ones worth keeping, and positional numbers by position (a fill value,
+    a softmax axis, a scale passed positionally)."""
+    out: dict[str, Any] = {k: v for k, v in kwargs.items()
+                           if k in SCALAR_KWARGS and isinstance(v, (int, float, bool, type(None)))} if kwargs else {}
+    positional = None
+    for i, v in enumerate(args):  # most ops have none: no dict made for them
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            positional = positional or {}
+            positional[i] = v
+    if positional:
+        out["positional"] = positional
+    return out
+
+
 def metas(value: Any) -> tuple[TensorMeta, ...]:
     """The descriptions of the tensors inside op arguments or outputs, in order."""
     return tuple(map(TensorMeta.of, tensors_in(value)))
@@ -109,7 +177,10 @@ def _flattened(value: Any) -> list[torch.Tensor]:
 def describe(value: Any, depth: int = 0) -> Any:
     """The shapes and dtypes inside a value: through tuples, lists, dicts and output objects."""
     if isinstance(value, torch.Tensor):
-        return TensorMeta.of(value)
+        try:  # TensorMeta.of, inlined (see output_metas): every module call describes its arguments and outputs
+            return _KNOWN[value.shape, value.dtype, value.device]
+        except Exception:
+            return TensorMeta.of(value)
     if depth > 4:
         return type(value).__name__
     if isinstance(value, (tuple, list)):
