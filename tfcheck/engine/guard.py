@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 import torch.nn.modules.module as module_globals
+from torch.utils._python_dispatch import _pop_mode
 
 #: Every per-module hook registry of nn.Module (the with_kwargs / always_call sets are keyed by hook id).
 _HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
@@ -42,23 +43,23 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
     ``copy_parameters=False`` (trace_shapes on big models) skips the copy of the parameters: a forward that
     writes its own weights in place is then reported (the names are yielded in the list, filled on exit)
     instead of undone."""
-    # One walk of each kind, shared by everything saved below (trace_shapes pays the guard on every call).
     modules = list(model.modules())
-    params = list(model.named_parameters())
-    named_buffers = list(model.named_buffers())
+    params, named_buffers = _members(model, modules)
     modes = [(m, m.training) for m in modules]
-    tree = _Tree(modules, [p for _, p in params], [b for _, b in named_buffers])
-    flags = [(p, p.requires_grad, p.grad) for _, p in params]
+    tree = _Tree(modules, params, named_buffers)
+    flags = [(p, p.requires_grad, p.grad) for p in params]
     if baseline is not None:
         values = baseline.values
     else:
-        values = {id(t): t.detach().clone() for _, t in params} if copy_parameters else {}
-    versions = {id(t): t._version for _, t in params}
+        values = {id(t): t.detach().clone() for t in params} if copy_parameters else {}
+    versions = {id(t): t._version for t in params}
     written: list[str] = []
+    changed: list[nn.Parameter] = []
     buffers = [(b, baseline.values[id(b)] if baseline is not None and id(b) in baseline.values else b.detach().clone())
-               for _, b in named_buffers]
+               for b in named_buffers]
     hooks = [(m, _hooks_of(m)) for m in modules]
-    tensor_hooks = [(p, {a: _copied(getattr(p, a, None)) for a in _TENSOR_HOOK_ATTRS}) for _, p in params]
+    tensor_hooks = [(p, {a: None if (h := getattr(p, a, None)) is None else dict(h) for a in _TENSOR_HOOK_ATTRS})
+                    for p in params]
     process = _ProcessState()
     try:
         yield written
@@ -66,14 +67,16 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
         process.restore()
         tree.restore()  # first: the checks below must find the model's own parameter and buffer objects
         with torch.no_grad():
-            for name, p in params:
+            for p in params:
                 if id(p) in values:
                     saved = _beside(values[id(p)], p)
                     # The version counter misses writes through .data; the comparison does not.
                     if p._version != versions[id(p)] or not torch.equal(p.detach(), saved):
                         p.copy_(saved)
                 elif p._version != versions[id(p)]:
-                    written.append(name)
+                    changed.append(p)
+            if changed:  # named now, in the tree restored above (the names it had on entry)
+                written.extend(name for name, p in model.named_parameters() if any(p is c for c in changed))
             for b, saved in buffers:
                 saved = _beside(saved, b)
                 if b.shape == saved.shape and not torch.equal(b, saved):
@@ -97,8 +100,15 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
                     _put_back(current, tensor_entries)
 
 
-def _copied(hooks: Any) -> dict | None:
-    return None if hooks is None else dict(hooks)
+def _members(model: nn.Module, modules: list[nn.Module]) -> tuple[list[nn.Parameter], list[torch.Tensor]]:
+    """parameters() and buffers() from the one walk of the tree (trace_shapes pays the guard on every call)."""
+    own, base = type(model), nn.Module
+    if (own.named_parameters, own.named_buffers, own._named_members) != \
+            (base.named_parameters, base.named_buffers, base._named_members):
+        return list(model.parameters()), list(model.buffers())
+    params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}
+    buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}
+    return list(params.values()), list(buffers.values())
 
 
 def _hooks_of(module: nn.Module) -> dict[str, dict]:
@@ -139,7 +149,7 @@ class _Tree:
             stores: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
                 (module._modules, children), (module._parameters, parameters), (module._buffers, buffers))
             for live, saved in stores:
-                if not _same(live, saved) and \
+                if (live or saved) and not _same(live, saved) and \
                         (live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items())):
                     live.clear()
                     live.update(saved)
@@ -209,7 +219,7 @@ class _ProcessState:
 
     def restore(self) -> None:
         _pop_down_to(self.function_modes, torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack)
-        _pop_down_to(self.dispatch_modes, torch._C._len_torch_dispatch_stack, _pop_dispatch_mode)
+        _pop_down_to(self.dispatch_modes, torch._C._len_torch_dispatch_stack, _pop_mode)
         random.setstate(self.python)
         _set_numpy_state(self.numpy)
         torch.set_rng_state(self.cpu)
@@ -285,12 +295,6 @@ def _set_backend_flags(flags: dict) -> None:
 def _pop_down_to(depth: int, length: Callable[[], int], pop: Callable[[], Any]) -> None:
     while length() > depth:
         pop()
-
-
-def _pop_dispatch_mode() -> None:
-    from torch.utils._python_dispatch import _pop_mode
-
-    _pop_mode()
 
 
 def _cuda_initialized() -> bool:
