@@ -16,7 +16,7 @@ import sys
 import traceback
 from types import FrameType
 
-__all__ = ["is_user_frame", "short_path", "innermost_user_frame", "model_frame", "called_by_tfcheck"]
+__all__ = ["is_user_frame", "file_kind", "short_path", "innermost_user_frame", "model_frame", "called_by_tfcheck"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,11 +34,11 @@ def _library_dirs() -> tuple[tuple[str, ...], str]:
 
 def is_user_frame(filename: str) -> bool:
     """True when ``filename`` (a code object's or traceback frame's) is the user's code."""
-    return _kind(filename) == "user"
+    return file_kind(filename) == "user"
 
 
 @functools.lru_cache(maxsize=4096)
-def _kind(filename: str) -> str:
+def file_kind(filename: str) -> str:
     """'user', 'tfcheck' or 'other' (torch, the standard library, generated code), once per file: the recorder
     asks for every op."""
     if not filename or filename.startswith("<"):
@@ -59,10 +59,10 @@ def model_frame(skip: int = 1) -> tuple[str, int] | None:
     frame above the model ends the walk: the script, test or pytest plugin that called tfcheck is never taken for
     the model's line (a torch.nn model has no line of its own)."""
     frame: FrameType | None = sys._getframe(skip + 1)
-    while frame is not None and _kind(frame.f_code.co_filename) == "tfcheck":
+    while frame is not None and file_kind(frame.f_code.co_filename) == "tfcheck":
         frame = frame.f_back
     while frame is not None:
-        kind = _kind(frame.f_code.co_filename)
+        kind = file_kind(frame.f_code.co_filename)
         if kind == "tfcheck":
             return None
         if kind == "user":
@@ -88,11 +88,11 @@ def raised_in_user_code(exc: BaseException) -> traceback.FrameSummary | None:
     is tfcheck's code wherever it was written): the innermost frame that is neither torch's nor the standard
     library's."""
     frames = traceback.extract_tb(exc.__traceback__)
-    last_own = max((i for i, f in enumerate(frames) if _kind(f.filename) == "tfcheck"), default=-1)
-    if last_own + 1 < len(frames) and _kind(frames[last_own + 1].filename) == "user":
+    last_own = max((i for i, f in enumerate(frames) if file_kind(f.filename) == "tfcheck"), default=-1)
+    if last_own + 1 < len(frames) and file_kind(frames[last_own + 1].filename) == "user":
         return None  # tfcheck called it directly: a callback of tfcheck's
-    owned = [f for f in frames[last_own + 1:] if _kind(f.filename) != "other"]
-    return owned[-1] if owned and _kind(owned[-1].filename) == "user" else None
+    owned = [f for f in frames[last_own + 1:] if file_kind(f.filename) != "other"]
+    return owned[-1] if owned and file_kind(owned[-1].filename) == "user" else None
 
 
 def innermost_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
@@ -111,7 +111,7 @@ def called_by_tfcheck(skip: int = 1) -> bool:
     frame: FrameType | None = sys._getframe(skip + 1)
     while frame is not None and frame.f_code.co_filename.endswith(_TENSOR_METHODS):
         frame = frame.f_back
-    return frame is not None and _kind(frame.f_code.co_filename) == "tfcheck"
+    return frame is not None and file_kind(frame.f_code.co_filename) == "tfcheck"
 
 
 #: Where torch writes Tensor methods in Python (``__rsub__``, ``__format__``): a caller's op passes through them.

@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tfcheck.probe.frames import _kind as frame_kind
+from tfcheck.probe.frames import file_kind as frame_kind
 from tfcheck.probe.frames import model_frame
 from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.tensor_meta import TensorMeta, describe, structure_dict, structure_text, tensors_in
