@@ -140,9 +140,26 @@ def test_reference_embedding_ratio_is_measured_near_one():
 
 def test_each_check_costs_one_pass_and_the_recording_checks_share_theirs():
     got = results("reference_model:TransformerLM")
-    # the trial's recorded forward is the shared one: attention.scale, softmax_axis and embedding.scale read it
+    # the trial's recorded forward is the shared one: attention.scale, softmax_axis and embedding.scale read it;
+    # numerics.half reads the mask constants of numerics.nan_source's padded forward
     assert {c: (r.cost.forward, r.cost.reused) for c, r in got.items()} == {
-        SCALE: (0, 1), AXIS: (0, 1), EMBED: (0, 1), NAN: (1, 0), HALF: (1, 0)}
+        SCALE: (0, 1), AXIS: (0, 1), EMBED: (0, 1), NAN: (1, 0), HALF: (0, 1)}
+    assert got[HALF].findings[0].evidence["read_from"].startswith("numerics.nan_source's padded forward")
+
+
+@pytest.mark.parametrize("spec", [broken.MaskFilledWithMinusOneE9, "zoo_numerics:AdditiveMinusOneE9",
+                                  "reference_model:TransformerLM", "transformers:GPT2LMHeadModel"], ids=_id)
+def test_half_reads_the_same_constants_in_nan_sources_forward_as_in_its_own(spec):
+    """Shared (after numerics.nan_source, no pass of its own) and alone (its own padded forward): the same
+    verdict, message, line and constants."""
+    if isinstance(spec, str) and spec.startswith("transformers:"):
+        pytest.importorskip("transformers")
+    shared, alone = results(spec)[HALF], result(spec, HALF)
+    assert (shared.cost.forward, alone.cost.forward) == (0, 1)
+    assert shared.findings[0].evidence["read_from"] != alone.findings[0].evidence["read_from"]
+    for a, b in zip(shared.findings, alone.findings, strict=True):
+        assert (a.status, a.message, a.location, a.row) == (b.status, b.message, b.location, b.row)
+        assert a.evidence["constants"] == b.evidence["constants"]
 
 
 def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch):
@@ -158,3 +175,17 @@ def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch):
     assert got[EMBED].status is Status.ERROR and "observer bug" in got[EMBED].findings[0].message
     assert got[SCALE].status is Status.PASS and got[AXIS].status is Status.PASS
     assert embedding_scale.ID == EMBED
+
+
+def test_an_observer_riding_in_nan_sources_forward_that_raises_fails_only_its_own_check(monkeypatch):
+    from tfcheck.probe import padded_probe
+
+    def broken_observer(model):
+        def on_op(event, args, kwargs, out):
+            raise RuntimeError("observer bug")
+        return on_op
+
+    monkeypatch.setitem(padded_probe._OBSERVERS, HALF, broken_observer)
+    got = results("reference_model:TransformerLM")
+    assert got[HALF].status is Status.ERROR and "observer bug" in got[HALF].findings[0].message
+    assert got[NAN].status is Status.PASS

@@ -56,7 +56,7 @@ class RecordedProbe:
         return self.observed("attention sites").sites(self.recording)
 
 
-class _FanOut:
+class FanOut:
     """One ``on_op`` calling every observer; an observer that raises is set aside with its error."""
 
     def __init__(self, observers: dict[str, Any]):
@@ -91,14 +91,14 @@ def shared(ctx) -> RecordedProbe:
     return keep(subject, probe, recorder, fan_out)
 
 
-def start(model: nn.Module, extra: dict[str, Callable[..., None]] | None = None) -> tuple[Recorder, _FanOut]:
+def start(model: nn.Module, extra: dict[str, Callable[..., None]] | None = None) -> tuple[Recorder, FanOut]:
     """The recorder of the shared recorded forward, with every registered observer (and ``extra`` ones, such as
     the trial's structure observer) attached; run the forward under it inside ``visible_attention()``."""
-    fan_out = _FanOut({**{name: factory(model) for name, factory in _OBSERVERS.items()}, **(extra or {})})
+    fan_out = FanOut({**{name: factory(model) for name, factory in _OBSERVERS.items()}, **(extra or {})})
     return Recorder(model, track_ids=True, on_op=fan_out), fan_out
 
 
-def keep(subject, probe: Any, recorder: Recorder, fan_out: _FanOut) -> RecordedProbe:
+def keep(subject, probe: Any, recorder: Recorder, fan_out: FanOut) -> RecordedProbe:
     """Memoise a forward recorded under ``start()``'s recorder as the model's shared recorded probe."""
     recorded = RecordedProbe(probe, recorder.recording, fan_out.observers, fan_out.errors)
     subject.probe_cache[("recorded", PROBE_BATCH, probe.length)] = recorded

@@ -1,21 +1,21 @@
 """numerics.half: mask constants must fit the half precision a model may train in.
 
-By default one recorded forward on a padded batch (where the model can be padded) reads every constant
-written into a float tensor (``masked_fill`` / ``where`` / ``full`` values) and the extreme of every
-additive mask. A constant is judged relative to the dtype of the tensor it fills: ``torch.finfo(x.dtype).min``
-follows the dtype under autocast and is always right; a hard-coded −1e9 or −1e10 becomes −inf in float16
-(|v| > 65504), so a fully masked row turns into NaN there. With ``precision=fp16|bf16`` declared, one more
-forward runs under CPU autocast in that dtype (the model is never changed): a constant that overflows the
-dtype it actually fills, or a NaN/Inf in the output, fails.
+A recorded forward on a padded batch (where the model can be padded: numerics.nan_source's, which this check's
+observer rides along in, or one of its own when that did not run) reads every constant written into a float tensor
+(``masked_fill`` / ``where`` / ``full`` values) and the extreme of every additive mask. A constant is judged
+relative to the dtype of the tensor it fills: ``torch.finfo(x.dtype).min`` follows the dtype under autocast and is
+always right; a hard-coded −1e9 or −1e10 becomes −inf in float16 (|v| > 65504), so a fully masked row turns into NaN
+there. With ``precision=fp16|bf16`` declared, one more forward runs under CPU autocast in that dtype (the model is
+never changed): a constant that overflows the dtype it actually fills, or a NaN/Inf in the output, fails.
 """
 from __future__ import annotations
 
 import torch
 
 from tfcheck.checks.numerics import value_origin
-from tfcheck.checks.numerics.numerics_nan_source import both
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, Fill, FillRecorder, NonFiniteTracker
 from tfcheck.probe.recorder import Recorder
 from tfcheck.report.findings import Finding, Location, Related
@@ -33,14 +33,17 @@ def numerics_half(ctx) -> list[Finding]:
     subject = ctx.subject
     precision = subject.facts.precision
     args, kwargs = _inputs(subject)
-    fills = FillRecorder(subject.model)
-    frames = value_origin.FrameCapture(lambda event, a, k: event.short_name in FILLS)
-    with Recorder(subject.model, aten=False, on_op=both(fills, frames)):
-        ctx.run(args, kwargs, "a recorded forward reading mask fill constants")
+    seen: MaskConstants | None = padded_probe.observed(ctx, ID)
+    read_from = "numerics.nan_source's padded forward (reused)"
+    if seen is None:
+        seen, read_from = MaskConstants(subject.model), "a recorded forward of its own"
+        with Recorder(subject.model, aten=False, on_op=seen):
+            ctx.run(args, kwargs, "a recorded forward reading mask fill constants")
+    fills, frames = seen.fills, seen.frames
     overflowing = [f for f in fills.fills if f.overflows()]
     evidence = {"constants": [f.to_dict() for f in fills.fills[:12]], "constants_seen": len(fills.fills),
                 "float16_max": 65504.0, "bfloat16_max": float(torch.finfo(torch.bfloat16).max),
-                "precision": precision or "not declared"}
+                "precision": precision or "not declared", "read_from": read_from}
     findings = []
     if overflowing:
         first = overflowing[0]
@@ -69,6 +72,20 @@ def numerics_half(ctx) -> list[Finding]:
                         evidence)]
     return [Finding(ID, Status.PASS, f"{len(fills.fills)} mask constants, each fits float16 and bfloat16 or follows "
                     "the dtype it fills (torch.finfo(dtype).min)", Location(module=""), evidence)]
+
+
+@padded_probe.observer(ID)
+class MaskConstants:
+    """``on_op``: the constants a forward writes into float tensors, and the user's frames of each fill. It rides
+    along in numerics.nan_source's padded forward, which writes the same constants as a padded batch of its own."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.fills = FillRecorder(model)
+        self.frames = value_origin.FrameCapture(lambda event, a, k: event.short_name in FILLS)
+
+    def __call__(self, event, args: tuple, kwargs: dict, out) -> None:
+        self.fills(event, args, kwargs, out)
+        self.frames(event, args, kwargs, out)
 
 
 def _where(fill: Fill, frames: dict) -> tuple[Location, tuple[Related, ...]]:

@@ -16,6 +16,7 @@ import torch.nn as nn
 from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
+from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
 from tfcheck.probe.recorder import OpEvent, Recorder
 from tfcheck.report.findings import Finding, Location, Related
@@ -48,9 +49,11 @@ def nan_source(ctx) -> list[Finding]:
     args, kwargs, keep = _padded_batch(subject)
     params = [p for p in subject.model.parameters() if p.requires_grad and p.is_floating_point()]
     tracker, fills = NonFiniteTracker(), InfiniteFills()
+    riders = padded_probe.start(subject.model)  # numerics.half reads the mask constants of this forward
     grads: Sequence[torch.Tensor | None] = []
-    with Recorder(subject.model, on_op=both(tracker, fills)):
+    with Recorder(subject.model, on_op=both(tracker, fills, riders)):
         probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row", grad=True)
+        padded_probe.keep(subject, riders)
         out = probe.output
         real = _real_positions(out, keep)
         if params and out.requires_grad and real is not None:
