@@ -188,3 +188,22 @@ def test_a_hugging_face_model_on_meta_traces_without_a_value_read(family):
         model = getattr(transformers, family)(config)
     trace = tfcheck.trace_shapes(model, device="meta")
     assert "(3, 7) int64 meta" in str(trace)
+
+
+def test_events_built_without_init_read_every_field():
+    """The recorder makes OpEvent and ModuleCall with object.__new__ (hundreds per forward) and sets the fields it
+    has; the others read their class-level defaults. A field with a default_factory has none: it would raise only
+    when read, so none may have one."""
+    import dataclasses
+
+    from tfcheck.probe.recorder import ModuleCall, OpEvent
+
+    for cls in (OpEvent, ModuleCall):
+        factories = [f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING]
+        assert not factories, f"{cls.__name__}: {factories} have a default_factory"
+    recorder = Recorder(nn.Linear(2, 2))
+    with recorder:
+        recorder.model(torch.ones(1, 2))
+    for record in (*recorder.recording.ops, *recorder.recording.calls):
+        for f in dataclasses.fields(record):
+            getattr(record, f.name)
