@@ -12,7 +12,7 @@ import tfcheck
 from helpers import result
 from reference_model import broken
 from tfcheck import Status
-from tfcheck.probe import recorded_probe
+from tfcheck.probe import padded_probe, recorded_probe
 
 SCALE, AXIS, NAN, HALF, EMBED = ("attention.scale", "attention.softmax_axis", "numerics.nan_source", "numerics.half",
                                  "embedding.scale")
@@ -162,30 +162,18 @@ def test_half_reads_the_same_constants_in_nan_sources_forward_as_in_its_own(spec
         assert a.evidence["constants"] == b.evidence["constants"]
 
 
-def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch):
-    from tfcheck.checks.numerics import embedding_scale
-
+@pytest.mark.parametrize("registry,owner,others", [
+    (recorded_probe._OBSERVERS, EMBED, (SCALE, AXIS)),  # the shared recorded forward
+    (padded_probe._OBSERVERS, HALF, (NAN,)),  # numerics.half riding in numerics.nan_source's padded forward
+], ids=["shared recorded forward", "padded forward"])
+def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch, registry, owner, others):
     def broken_observer(model):
         def on_op(event, args, kwargs, out):
             raise RuntimeError("observer bug")
         return on_op
 
-    monkeypatch.setitem(recorded_probe._OBSERVERS, EMBED, broken_observer)
+    assert owner in registry
+    monkeypatch.setitem(registry, owner, broken_observer)
     got = results("reference_model:TransformerLM")
-    assert got[EMBED].status is Status.ERROR and "observer bug" in got[EMBED].findings[0].message
-    assert got[SCALE].status is Status.PASS and got[AXIS].status is Status.PASS
-    assert embedding_scale.ID == EMBED
-
-
-def test_an_observer_riding_in_nan_sources_forward_that_raises_fails_only_its_own_check(monkeypatch):
-    from tfcheck.probe import padded_probe
-
-    def broken_observer(model):
-        def on_op(event, args, kwargs, out):
-            raise RuntimeError("observer bug")
-        return on_op
-
-    monkeypatch.setitem(padded_probe._OBSERVERS, HALF, broken_observer)
-    got = results("reference_model:TransformerLM")
-    assert got[HALF].status is Status.ERROR and "observer bug" in got[HALF].findings[0].message
-    assert got[NAN].status is Status.PASS
+    assert got[owner].status is Status.ERROR and "observer bug" in got[owner].findings[0].message
+    assert all(got[other].status is Status.PASS for other in others)
