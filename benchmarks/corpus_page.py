@@ -79,6 +79,7 @@ def page(results: dict[str, tuple[str, int, list]]) -> str:
         "explained, and one",
         "injected defect per package caught by the right check. Install and run them with",
         "",
+        "<!-- console: not run: installs packages and runs the corpus tests (minutes); .ci/run runs them -->",
         "```console",
         "pip install -c constraints.txt -e \".[test,corpus]\" && pytest tests/corpus -n 2",
         "```",

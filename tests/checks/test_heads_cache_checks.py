@@ -16,7 +16,7 @@ HEADS, CACHE = "attention.heads", "decode.cache"
 
 CORRECT = ["reference_model:TransformerEncoder", "reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
            nn_encoder, nn_transformer, "zoo:TinyLM", "zoo_heads:EinsumHeadsAfterPositions", "zoo_heads:CachedRotaryLM",
-           "zoo_heads:LatentBottleneck"]
+           "zoo_heads:LatentBottleneck", "zoo_heads:MultiQueryEinsumLM"]
 HF = ["GPT2LMHeadModel", "BertModel", "LlamaForCausalLM", "T5ForConditionalGeneration"]
 
 
@@ -172,3 +172,25 @@ def test_decode_cache_skips_with_its_reason(spec, reason, declared):
 def test_decode_cache_does_not_apply_to_encoders():
     report = tfcheck.run_checks("reference_model:TransformerEncoder", only=[CACHE])
     assert CACHE not in {r.check for r in report.models[0].results}
+
+
+# ----- multi-query attention written with einsum (PaLM's form) ---------------------------------------------------
+
+def test_multi_query_einsum_attention_is_read_and_passes_the_attention_checks():
+    """One key and value head for every query head ('b h i d, b j d -> b h i j'): the site is found, so heads,
+    scale and softmax axis are judged, not left inconclusive."""
+    report = tfcheck.run_checks("zoo_heads:MultiQueryEinsumLM", only=[HEADS, "attention.scale",
+                                                                      "attention.softmax_axis"]).models[0]
+    assert all(r.status is Status.PASS for r in report.results), [(r.check, r.findings[0].message)
+                                                                  for r in report.results]
+    assert report.result("attention.scale").findings[0].evidence["sites"][0]["d_k"] == 8
+
+
+@pytest.mark.parametrize("variant,check,row", [
+    ("zoo_heads:MultiQueryScaledByDModel", "attention.scale", "attention-scale-wrong"),
+    ("zoo_heads:MultiQuerySoftmaxOverQueries", "attention.softmax_axis", "softmax-wrong-axis"),
+    ("zoo_heads:MultiQueryMergedWithoutTranspose", HEADS, "head-merge-mixes-positions"),
+])
+def test_each_multi_query_bug_is_caught(variant, check, row):
+    res = result(variant, check)
+    assert res.status is Status.FAIL and res.findings[0].row == row, str(res.findings)

@@ -62,11 +62,6 @@ EXPLAINED: dict[tuple[str, str], str] = {
     ("local-attention", "decode.cache"): (
         "LocalTransformer returns its cache only with return_cache=True, which tfcheck's cache protocol does not "
         "pass: inconclusive, said as such"),
-    ("palm", "attention.heads"): (
-        "PaLM's multi-query attention scores 'b h i d, b j d -> b h i j' (one key head for all query heads): "
-        "not among the attention forms tfcheck recognises, so inconclusive, said as such"),
-    ("palm", "attention.scale"): "the same multi-query einsum: no attention site, inconclusive",
-    ("palm", "attention.softmax_axis"): "the same multi-query einsum: no attention site, inconclusive",
     ("perceiver-lm", "shape.residual"): (
         "Perceiver IO's decoder cross-attention has no residual by design (the output queries are a fresh "
         "array read out of the latents): true of the code"),

@@ -115,3 +115,65 @@ class LatentBottleneck(nn.Module):
         z = z + self.read(z, h)
         z = z + self.think(z, z)
         return h + self.write(h, z)
+
+
+class MultiQueryEinsumLM(nn.Module):
+    """Multi-query attention as PaLM writes it (palm-rlhf-pytorch): every query head reads one shared key and value
+    head, scores by ``einsum("b h i d, b j d -> b h i j")``, values by ``einsum("b h i j, b j d -> b h i d")``,
+    heads merged back with a transpose. The broken variants below change one line each."""
+
+    __tfcheck__ = {"kind": "decoder", "causal": True}
+
+    def __init__(self, vocab_size=101, d_model=32, num_heads=4, max_len=64):
+        super().__init__()
+        self.h, self.d_head = num_heads, d_model // num_heads
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.kv = nn.Linear(d_model, 2 * self.d_head, bias=False)  # one key head and one value head
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def scale(self) -> float:
+        return self.d_head ** -0.5
+
+    def attend(self, sim: torch.Tensor) -> torch.Tensor:
+        return sim.softmax(dim=-1)
+
+    def merge(self, context: torch.Tensor) -> torch.Tensor:  # (b, h, n, d_head) -> (b, n, h * d_head)
+        b, h, n, d = context.shape
+        return context.transpose(1, 2).reshape(b, n, h * d)
+
+    def forward(self, x):  # (b, n) long
+        b, n = x.shape
+        h = self.embed(x) + self.pos(torch.arange(n, device=x.device))
+        q = self.q(h).view(b, n, self.h, self.d_head).transpose(1, 2)  # (b, h, n, d_head)
+        k, v = self.kv(h).chunk(2, dim=-1)  # (b, n, d_head) each
+        sim = torch.einsum("b h i d, b j d -> b h i j", q, k) * self.scale()
+        causal = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
+        sim = sim.masked_fill(causal, -torch.finfo(sim.dtype).max)
+        context = torch.einsum("b h i j, b j d -> b h i d", self.attend(sim), v)
+        h = h + self.out(self.merge(context))
+        return self.head(h)
+
+
+class MultiQueryScaledByDModel(MultiQueryEinsumLM):
+    """Multi-query attention scaled by 1/√d_model instead of 1/√d_head."""
+
+    def scale(self) -> float:
+        return (self.h * self.d_head) ** -0.5
+
+
+class MultiQuerySoftmaxOverQueries(MultiQueryEinsumLM):
+    """Multi-query attention normalised over the queries (dim=-2) instead of the keys."""
+
+    def attend(self, sim: torch.Tensor) -> torch.Tensor:
+        return sim.softmax(dim=-2)
+
+
+class MultiQueryMergedWithoutTranspose(MultiQueryEinsumLM):
+    """Multi-query attention whose heads are merged by a reshape of (b, h, n, d_head): positions and heads mix."""
+
+    def merge(self, context: torch.Tensor) -> torch.Tensor:
+        b, h, n, d = context.shape
+        return context.reshape(b, n, h * d)

@@ -330,12 +330,14 @@ def _einsum_score_axes(equation, a, b, out) -> tuple[Operand, Operand, tuple[int
     only_a = [c for c in so if c in sa and c not in sb]
     only_b = [c for c in so if c in sb and c not in sa]
     shared = [c for c in so if c in sa and c in sb]
-    if len(only_a) != 1 or len(only_b) != 1 or not shared or shared[0] != so[0] or sa[0] != so[0] or sb[0] != so[0]:
+    if not only_a or len(only_b) != 1 or not shared or shared[0] != so[0] or sa[0] != so[0] or sb[0] != so[0]:
         return None
     summed = [c for c in sa if c in sb and c not in so]
     if len(summed) != 1:
         return None
-    q, k = only_a[0], only_b[0]
+    q, k = _query_axis(only_a, so, so.index(only_b[0])), only_b[0]
+    if q is None:
+        return None
     return Operand(a, 0, sa.index(q)), Operand(b, 0, sb.index(k)), (so.index(q), so.index(k)), \
         int(a.shape[sa.index(summed[0])])
 
@@ -353,9 +355,19 @@ def _einsum_mix_axes(equation, a, b, out, probs) -> tuple[Operand, Operand] | No
         return None
     summed = [c for c in sp if c in sv and c not in so]
     queries = [c for c in so if c in sp and c not in sv]
-    if len(summed) != 1 or len(queries) != 1 or sv[0] != so[0]:
+    if len(summed) != 1 or sv[0] != so[0]:
         return None
-    return Operand(values, 0, sv.index(summed[0])), Operand(out, 0, so.index(queries[0]))
+    query = _query_axis(queries, sp, sp.index(summed[0]))
+    if query is None:
+        return None
+    return Operand(values, 0, sv.index(summed[0])), Operand(out, 0, so.index(query))
+
+
+def _query_axis(candidates: list[str], layout: str, key_at: int) -> str | None:
+    """The query axis among ``candidates`` (axes only the queries' side has): the one there is; with keys and values
+    shared by the heads (multi-query, ``b h i d, b j d -> b h i j``: h is one too) the one before the key axis."""
+    before = layout[key_at - 1] if key_at > 0 else None
+    return candidates[0] if len(candidates) == 1 else before if before in candidates else None
 
 
 def _attach_merge(site: AttentionSite, ops: list[CapturedOp], used: int) -> None:
