@@ -171,8 +171,19 @@ def test_checks_that_do_not_apply_say_why():
 def test_ungated_sdpa_dropout_fails_and_inert_dropout_warns():
     status, rows, r = verdict(zt.SDPADropoutUngated, "dropout.eval")
     assert (status, rows) == (Status.FAIL, {"dropout-in-eval"}) and r.findings[0].location.module.endswith("self_attn")
-    status, rows, _ = verdict(zt.DropoutNeverApplied, "dropout.eval")
+    status, rows, r = verdict(zt.DropoutNeverApplied, "dropout.eval")
     assert (status, rows) == (Status.WARN, {"dropout-inactive-in-train"})
+    # the copies in one batch agreed, so two train-mode calls were compared too before warning
+    assert r.cost.forward == 3 and r.findings[0].evidence["train_compared"].startswith("two train-mode forwards")
+
+
+def test_active_dropout_shows_in_one_train_forward_and_a_batch_wide_mask_in_a_second():
+    r = result("reference_model:TransformerLM", "dropout.eval")
+    assert r.status is Status.PASS and r.cost.forward == 2, str(r.findings)  # the eval forward again, one train
+    assert r.findings[0].evidence["train_compared"].startswith("each sample and its copy")
+    r = result(zt.DropoutOnThePositionTable, "dropout.eval")  # one mask for the batch: copies agree, calls differ
+    assert r.status is Status.PASS and r.cost.forward == 3, str(r.findings)
+    assert r.findings[0].evidence["train_compared"].startswith("two train-mode forwards")
 
 
 def test_padding_masked_everywhere_passes_with_a_nonzero_pad_row():

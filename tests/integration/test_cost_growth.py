@@ -43,8 +43,8 @@ def test_token_passes_grow_no_faster_than_the_length(spec):
 PASS_BUDGET = 30
 #: The probe battery's passes on the reference models, as measured (docs/performance.md, benchmarks/pass_map.py):
 #: a change that costs a pass more fails here, and one that saves a pass lowers these numbers and the docs' with them.
-MEASURED = {"reference_model:TransformerLM": 21, "reference_model:Seq2SeqTransformer": 27,
-            "reference_model:TransformerEncoder": 20}
+MEASURED = {"reference_model:TransformerLM": 20, "reference_model:Seq2SeqTransformer": 26,
+            "reference_model:TransformerEncoder": 19}
 
 
 @pytest.mark.parametrize("spec", [*MEASURED, "transformers:GPT2LMHeadModel", "transformers:LlamaForCausalLM",

@@ -330,3 +330,21 @@ class UnpicklableAttributeLM(TransformerLM):
     def __init__(self):
         super().__init__()
         self.activation = staticmethod(F.gelu)
+
+
+class DropoutOnThePositionTable(nn.Module):
+    """Its only dropout is over the position table (1, s, d), broadcast across the batch: in train mode one mask
+    serves every sample, so a sample and its copy in one batch agree, while two calls differ. Correct."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self, vocab_size=101, d_model=32, max_len=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Parameter(torch.randn(1, max_len, d_model) * 0.1)
+        self.pos_drop = nn.Dropout(0.1)
+        self.layer = nn.Linear(d_model, d_model)
+
+    def forward(self, x):  # (b, s) long
+        h = self.embed(x) + self.pos_drop(self.pos[:, :x.shape[1]])
+        return h + self.layer(torch.relu(h))

@@ -44,6 +44,20 @@ def replace_tokens(subject, tokens: torch.Tensor, where: torch.Tensor, seed: int
     return torch.where(where.to(tokens.device), fresh, tokens)
 
 
+def pick_rows(sources: list[tuple[tuple, dict]], picks: list[tuple[int, int]], batch: int) -> tuple[tuple, dict]:
+    """Forward arguments whose per-sample tensors (leading axis = ``batch``) are rows taken from several input
+    sets laid out alike: ``picks`` lists (source, row) per new sample. Other arguments come from the first."""
+    def pick(values):
+        first = values[0]
+        if isinstance(first, torch.Tensor) and first.dim() >= 1 and first.shape[0] == batch:
+            return torch.stack([values[s][r] for s, r in picks])
+        return first
+
+    args = tuple(pick([src[0][i] for src in sources]) for i in range(len(sources[0][0])))
+    kwargs = {k: pick([src[1][k] for src in sources]) for k in sources[0][1]}
+    return args, kwargs
+
+
 @dataclass
 class Judgement:
     """A change measured against its tolerance and its positive control."""

@@ -16,7 +16,7 @@ import torch.nn as nn
 from tfcheck.engine.registry import check
 from tfcheck.explainers import shrinking
 from tfcheck.model.subject import PROBE_BATCH
-from tfcheck.probe.flow import Judgement, tolerance
+from tfcheck.probe.flow import Judgement, pick_rows, tolerance
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -154,20 +154,6 @@ def _change(a: torch.Tensor, b: torch.Tensor) -> float:
         return float("inf")
     return float(torch.nan_to_num((a.detach().double() - b.detach().double()).abs(), nan=float("inf")).max()) \
         if a.numel() else 0.0
-
-
-def pick_rows(sources: list[tuple[tuple, dict]], picks: list[tuple[int, int]], batch: int) -> tuple[tuple, dict]:
-    """Forward arguments whose per-sample tensors (leading axis = ``batch``) are rows taken from several input
-    sets laid out alike: ``picks`` lists (source, row) per new sample. Other arguments come from the first."""
-    def pick(values):
-        first = values[0]
-        if isinstance(first, torch.Tensor) and first.dim() >= 1 and first.shape[0] == batch:
-            return torch.stack([values[s][r] for s, r in picks])
-        return first
-
-    args = tuple(pick([src[0][i] for src in sources]) for i in range(len(sources[0][0])))
-    kwargs = {k: pick([src[1][k] for src in sources]) for k in sources[0][1]}
-    return args, kwargs
 
 
 # ----- localisation ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from tfcheck.engine.registry import check
 from tfcheck.model.subject import PROBE_BATCH
-from tfcheck.probe.flow import change_per_position, tolerance
+from tfcheck.probe.flow import change_per_position, pick_rows, tolerance
 from tfcheck.probe.training import train_mode
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -23,8 +23,9 @@ RANDOM_OPS = frozenset({"native_dropout", "bernoulli", "bernoulli_", "rand", "ra
 def dropout_eval(ctx) -> list[Finding]:
     """Eval mode: two forwards of the probe inputs must agree to float rounding; when they do not, a recorded
     forward names the module whose random op ran. Train mode (set on every module and restored after, buffers
-    too): when the model holds dropout with p > 0, two forwards must differ. Cost: 1 forward (the memoised
-    probe is the first), 2 more for a model with dropout."""
+    too): when the model holds dropout with p > 0, train-mode outputs of the same input must differ. Cost: 1
+    forward (the memoised probe is the first), 1 more for a model with dropout (2 when a sample and its copy in
+    one train-mode batch agree)."""
     subject = ctx.subject
     first = ctx.forward(PROBE_BATCH, subject.probe_length())
     # Every check starts from the same random state, so the memoised probe drew what a forward now would:
@@ -56,10 +57,7 @@ def dropout_eval(ctx) -> list[Finding]:
         return [Finding(ID, Status.PASS, f"eval-mode forwards agree (change {eval_change:.3g} <= {tol:.3g}); the "
                         "model has no dropout module with p > 0, so train mode is not compared", Location(module=""),
                         evidence)]
-    with train_mode(subject.model):
-        a = ctx.run(first.args, first.kwargs, "a forward in train mode")
-        b = ctx.run(first.args, first.kwargs, "the same forward again, in train mode")
-    train_change = float(change_per_position(a.output, b.output).max())
+    train_change, evidence["train_compared"] = _train_change(ctx, first, tol)
     evidence["train_change"] = train_change
     if train_change <= tol:
         return [Finding(ID, Status.WARN, f"the model has {len(dropouts)} dropout modules with p > 0 (e.g. "
@@ -69,6 +67,25 @@ def dropout_eval(ctx) -> list[Finding]:
                         evidence, row="dropout-inactive-in-train")]
     return [Finding(ID, Status.PASS, f"eval-mode forwards agree (change {eval_change:.3g} <= {tol:.3g}) and train-mode "
                     f"ones differ ({train_change:.3g}): dropout is on in training only", Location(module=""), evidence)]
+
+
+def _train_change(ctx, first, tol: float) -> tuple[float, str]:
+    """How much train-mode outputs of the same input differ, and what was compared. One forward of the probe
+    twice over (each sample beside its own copy): dropout draws per element, so the copies differ when it is on.
+    When they do not, that is no verdict yet (a dropout over a tensor broadcast across the batch draws one mask for
+    every sample): a second forward compares the two calls, as a model that keeps dropout off looks the same in
+    both."""
+    batch = first.batch
+    twice = pick_rows([(first.args, first.kwargs)], [(0, r % batch) for r in range(2 * batch)], batch)
+    with train_mode(ctx.subject.model):
+        a = ctx.run(*twice, f"a forward in train mode of the probe twice over (batch {2 * batch})")
+        out = a.output
+        if out.dim() >= 1 and out.shape[0] == 2 * batch:
+            within = float(change_per_position(out[:batch], out[batch:]).max())
+            if within > tol:
+                return within, f"each sample and its copy in one train-mode forward (batch {2 * batch})"
+        b = ctx.run(*twice, "the same forward again, in train mode")
+    return float(change_per_position(a.output, b.output).max()), "two train-mode forwards of the same input"
 
 
 def _random_op_location(module: str | None, file: str | None, line: int | None) -> Location:
