@@ -104,3 +104,15 @@ def test_a_model_that_raises_in_its_own_backward_is_inconclusive_never_a_bug_of_
     assert result.status is Status.SKIP and finding.message.startswith("inconclusive: the model raised AssertionError")
     assert "this is a bug in tfcheck" not in finding.message
     assert finding.location.file.endswith("test_limitations.py") and finding.location.line
+
+
+def test_a_forward_that_returns_its_loss_is_inconclusive_and_says_where_to_point_the_spec():
+    """One number comes back, not outputs per position: no check fails or errors on this correct model, and
+    shape.contract says what came back and what to do."""
+    model = tfcheck.run_checks(zl.ReturnsItsLoss).models[0]
+    statuses = {r.check: r.status for r in model.results}
+    assert Status.FAIL not in statuses.values() and Status.ERROR not in statuses.values(), str(model)
+    contract = model.result("shape.contract").findings[0]
+    assert contract.status is Status.SKIP and "single number" in contract.message, contract.message
+    assert "logits" in contract.message and contract.evidence["output_shape"] == ()
+    assert model.result("cross.dependence").status is Status.SKIP

@@ -166,6 +166,8 @@ def _through_each_layer(ctx, source_length: int, target_length: int) -> tuple[Fi
                         f"{target_length}: two sources with one target (twice), and another target")
     out = probe.output
     unreadable = flat_outputs.unreadable(subject, out, 5, target_length)
+    if unreadable is None and (out.dim() < 1 or out.shape[0] != 5):
+        unreadable = f"the output {tuple(out.shape)} has no batch axis first, so samples cannot be compared"
     if unreadable is not None:
         return Finding(ID, Status.SKIP, f"inconclusive: {unreadable}",
                        evidence={"unreadable": True, "output_shape": tuple(out.shape)}), []

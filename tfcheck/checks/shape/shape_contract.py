@@ -22,6 +22,11 @@ from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "shape.contract"
+#: Why an output of shape () cannot be judged: a correct training wrapper returns its loss, one number.
+SINGLE_NUMBER = ("the forward returns a single number (shape ()), not an output per position: most likely a loss "
+                 "it computes itself (a training wrapper), which no shape check can read. Point the spec at the "
+                 "module that returns the logits (or a factory returning it), or declare output= if the return "
+                 "also holds them")
 
 
 @check(ID, "output shape, dtype and finiteness at several batch sizes and lengths",
@@ -48,7 +53,8 @@ def shape_contract(ctx) -> list[Finding]:
         except ModelRaised as raised:
             return [_raised(ctx, raised, batch, length)]
         out_length = _output_length(subject, length)
-        reason = flat_outputs.unreadable(subject, probe.output, batch, out_length)
+        reason = SINGLE_NUMBER if probe.output.dim() == 0 else \
+            flat_outputs.unreadable(subject, probe.output, batch, out_length)
         if reason is not None:
             unreadable.append(Finding(ID, Status.SKIP, f"inconclusive: {reason}", evidence={
                 "batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)}))
