@@ -11,31 +11,24 @@ that owns it: one check's bug never becomes another check's failure.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch.nn as nn
 
-from tfcheck.probe.recorded_probe import FanOut
-
-ObserverFactory = Callable[[nn.Module], Callable[..., None]]
+from tfcheck.probe.recorded_probe import FanOut, ObserverFactory, registrar
 
 _OBSERVERS: dict[str, ObserverFactory] = {}
 #: The probe cache's key of the observers that rode along (one padded forward per model).
 KEY = "padded forward observers"
 
 
-def observer(name: str) -> Callable[[ObserverFactory], ObserverFactory]:
-    """Register ``factory(model) -> on_op`` to ride along in the padded batch's recorded forward."""
-    def register(factory: ObserverFactory) -> ObserverFactory:
-        _OBSERVERS[name] = factory
-        return factory
-    return register
+#: Register ``factory(model) -> on_op`` to ride along in the padded batch's recorded forward.
+observer = registrar(_OBSERVERS)
 
 
 def start(model: nn.Module) -> FanOut:
     """The registered observers, to call from the padded forward's ``on_op``."""
-    return FanOut({name: factory(model) for name, factory in _OBSERVERS.items()})
+    return FanOut.of(_OBSERVERS, model)
 
 
 def keep(subject, fan_out: FanOut) -> None:

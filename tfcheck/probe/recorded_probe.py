@@ -31,12 +31,18 @@ ObserverFactory = Callable[[nn.Module], Callable[..., None]]
 _OBSERVERS: dict[str, ObserverFactory] = {"attention sites": SiteCollector}
 
 
-def observer(name: str) -> Callable[[ObserverFactory], ObserverFactory]:
-    """Register ``factory(model) -> on_op`` to run during the shared recorded forward."""
-    def register(factory: ObserverFactory) -> ObserverFactory:
-        _OBSERVERS[name] = factory
-        return factory
-    return register
+def registrar(registry: dict[str, ObserverFactory]) -> Callable[[str], Callable[[ObserverFactory], ObserverFactory]]:
+    """A decorator ``@observer(name)`` registering ``factory(model) -> on_op`` in ``registry``."""
+    def observer(name: str) -> Callable[[ObserverFactory], ObserverFactory]:
+        def register(factory: ObserverFactory) -> ObserverFactory:
+            registry[name] = factory
+            return factory
+        return register
+    return observer
+
+
+#: Register ``factory(model) -> on_op`` to run during the shared recorded forward.
+observer = registrar(_OBSERVERS)
 
 
 @dataclass
@@ -58,6 +64,12 @@ class RecordedProbe:
 
 class FanOut:
     """One ``on_op`` calling every observer; an observer that raises is set aside with its error."""
+
+    @classmethod
+    def of(cls, registry: dict[str, ObserverFactory], model: nn.Module,
+           extra: dict[str, Callable[..., None]] | None = None) -> FanOut:
+        """Every observer of ``registry`` made for ``model``, and ``extra`` ones."""
+        return cls({**{name: factory(model) for name, factory in registry.items()}, **(extra or {})})
 
     def __init__(self, observers: dict[str, Any]):
         self.observers = observers
@@ -94,7 +106,7 @@ def shared(ctx) -> RecordedProbe:
 def start(model: nn.Module, extra: dict[str, Callable[..., None]] | None = None) -> tuple[Recorder, FanOut]:
     """The recorder of the shared recorded forward, with every registered observer (and ``extra`` ones, such as
     the trial's structure observer) attached; run the forward under it inside ``visible_attention()``."""
-    fan_out = FanOut({**{name: factory(model) for name, factory in _OBSERVERS.items()}, **(extra or {})})
+    fan_out = FanOut.of(_OBSERVERS, model, extra)
     return Recorder(model, track_ids=True, on_op=fan_out), fan_out
 
 
