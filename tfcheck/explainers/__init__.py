@@ -1,1 +1,4 @@
-"""Explainers: what an error or a failure means, where it happened, its minimal example, traces."""
+"""Explainers: what an error from the model means, where it happened and which troubleshooting row it is.
+
+Below the engine, which turns every exception a check meets into an explained finding.
+"""
