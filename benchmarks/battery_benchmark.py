@@ -23,7 +23,7 @@ import time
 import torch
 
 import tfcheck
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 
 PASS_BUDGET = 30
 #: Checks whose measurement is a batch of perturbed copies: a constant number of passes at every length.

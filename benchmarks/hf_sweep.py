@@ -10,9 +10,9 @@ config is no vision or audio config, has no such sub-config, and asks for nothin
 of audio codes, read from a num_codebooks or a delay_pattern of one delay per codebook in the config or a sub-config;
 a language for a forward lang_ids that has no default); and the class runs alone: its forward does not raise without
 inputs that only another model makes (an `if X is None: raise` over parameters other than the tokens and the mask,
-read from its source by tfcheck.model.required_inputs, as tfcheck's own build refuses it). The others are listed as
-skipped with the input, config or line that says so. A class the mappings list but transformers does not export at
-its top level is built from the modeling module of its family.
+read from its source by tfcheck.model.facts.required_inputs, as tfcheck's own build refuses it). The others
+are listed as skipped with the input, config or line that says so. A class the mappings list but transformers does
+not export at its top level is built from the modeling module of its family.
 Each text class is built by tfcheck from a small config on CPU with HF_HUB_OFFLINE=1 in a worker process, which
 is killed past --class-limit seconds (each check also has tfcheck's own budget_s), so one slow or crashing class
 cannot stall the sweep. A build error that asks for a download or a package/kernel not installed is a skip with
@@ -212,7 +212,7 @@ def non_text_reason(name: str) -> str | None:
 
 def _not_standalone(cls: type) -> str | None:
     """The line where the forward raises without inputs only another model makes, or None."""
-    from tfcheck.model.required_inputs import required_at_runtime
+    from tfcheck.model.facts.required_inputs import required_at_runtime
 
     needed = required_at_runtime(cls.forward)
     missing = [n for n in needed.names if n not in GIVEN_INPUTS] if needed else []

@@ -32,8 +32,8 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import tfcheck
+from tfcheck.battery import all_checks
 from tfcheck.engine import context
-from tfcheck.engine.battery import all_checks
 
 #: Plain forwards that stay apart by the issue's own rules, with why.
 APART = {

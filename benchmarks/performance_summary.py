@@ -30,7 +30,7 @@ from trace_benchmark import MODELS as TRACE_MODELS
 from trace_benchmark import REFERENCE_LM, print_trace_rows, trace_rows
 
 import tfcheck
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 
 PROBE_TARGET, TRAINING_TARGET = 10, 15
 

@@ -23,11 +23,11 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "trace_shapes":
-        from tfcheck.explainers.trace import trace_shapes
+        from tfcheck.tools.trace import trace_shapes
 
         return trace_shapes
     if name == "watch":
-        from tfcheck.explainers.watch import watch
+        from tfcheck.tools.watch import watch
 
         return watch
     if name == "explain":

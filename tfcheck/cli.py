@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.model.declarations import BUDGET_OVERRUNS
+from tfcheck.model.facts.declarations import BUDGET_OVERRUNS
 from tfcheck.ui.annotations import FORMATS
 from tfcheck.ui.io import writable_path, write_report
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:
         # pytest.skip / importorskip / exit called by a model file outside pytest: the file's own decision
-        from tfcheck.model.user_code import is_pytest_outcome
+        from tfcheck.model.build.user_code import is_pytest_outcome
 
         if is_pytest_outcome(exc):
             print(f"tfcheck: error: the model's code called pytest's {type(exc).__name__.lower()}: {exc}. Outside "
@@ -129,8 +129,8 @@ def _import_the_battery() -> None:
 
 def _check(args) -> int:
     from tfcheck.engine.runner import load_subject, run_model
-    from tfcheck.model import declarations as decl
-    from tfcheck.model.project_config import find_pyproject, models_to_run
+    from tfcheck.model.facts import declarations as decl
+    from tfcheck.model.facts.project_config import find_pyproject, models_to_run
     from tfcheck.report.report import Report
     from tfcheck.report.status import Status
     from tfcheck.ui.live import progress_line
@@ -142,8 +142,8 @@ def _check(args) -> int:
         cli["budget_overrun"] = decl.parse_value("budget_overrun", overrun,
                                                  "--budget-overrun" if args.budget_overrun else "--strict")
     pyproject = find_pyproject(Path.cwd())
-    from tfcheck.model.project_config import unique_specs
-    from tfcheck.model.spec import import_target, is_file_target, model_file, resolve_attr, split_spec
+    from tfcheck.model.build.spec import import_target, is_file_target, model_file, resolve_attr, split_spec
+    from tfcheck.model.facts.project_config import unique_specs
 
     given, repeated = unique_specs(list(args.specs) or ([] if args.all else list(REFERENCE_SPECS)))
     if repeated:
@@ -209,8 +209,8 @@ def _list() -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from tfcheck.engine.battery import all_checks
-    from tfcheck.model.declarations import KEYS
+    from tfcheck.battery import all_checks
+    from tfcheck.model.facts.declarations import KEYS
     from tfcheck.ui.render import checks_view, to_string
 
     keys = Table(title=escape("declaration keys (--set KEY=VALUE, [[tool.tfcheck.models]], __tfcheck__)"))
@@ -224,8 +224,8 @@ def _list() -> int:
 
 def _trace(args) -> int:
     from tfcheck.engine.runner import load_subject
-    from tfcheck.explainers.trace import trace_shapes
-    from tfcheck.model import declarations as decl
+    from tfcheck.model.facts import declarations as decl
+    from tfcheck.tools.trace import trace_shapes
     from tfcheck.ui.render import to_string
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)

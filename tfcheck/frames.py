@@ -23,7 +23,7 @@ __all__ = ["is_user_frame", "file_kind", "short_path", "innermost_user_frame", "
 def _library_dirs() -> tuple[tuple[str, ...], str]:
     """(directories never the user's, the standard library's directory). Each ends in a separator so that
     ``.../torch`` does not also claim ``.../torchvision`` and ``.../tfcheck`` not ``.../tfcheck_models``."""
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package root, not probe/
+    own = os.path.dirname(os.path.abspath(__file__))  # the package root: this module sits at its top
     found = importlib.util.find_spec("torch")  # finds torch's folder without paying for importing it
     dirs = [own]
     if found is not None and found.origin:

@@ -62,9 +62,9 @@ def register_markers(config: pytest.Config) -> None:
 
 def session_state(config: pytest.Config, settings: Settings, listing: bool) -> PluginState:
     """The models of the run and where its report goes, checked before anything is collected."""
-    from tfcheck.model import declarations as decl
-    from tfcheck.model.project_config import find_pyproject, models_to_run, unique_specs
-    from tfcheck.model.spec import split_spec
+    from tfcheck.model.build.spec import split_spec
+    from tfcheck.model.facts import declarations as decl
+    from tfcheck.model.facts.project_config import find_pyproject, models_to_run, unique_specs
 
     opt = config.option
     listed: list = []

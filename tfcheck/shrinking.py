@@ -1,11 +1,11 @@
-"""The public path ``tfcheck.shrinking``: the generic search lives in ``tfcheck.explainers.shrinking``,
-``replay`` in ``tfcheck.explainers.replay`` and each check's examples beside the check; their public names
+"""The public path ``tfcheck.shrinking``: the generic search lives in ``tfcheck.tools.shrinking``,
+``replay`` in ``tfcheck.tools.replay`` and each check's examples beside the check; their public names
 are re-exported here so code and printed replay lines written against this path keep working."""
 from tfcheck.checks.flow.batch_independence import BatchExample, BatchProperty  # noqa: F401
 from tfcheck.checks.mask.causal_examples import CausalExample, CausalProperty  # noqa: F401
 from tfcheck.checks.mask.padding_examples import PaddingExample, PaddingProperty, describe_padding, layout  # noqa: F401
-from tfcheck.explainers.replay import replay  # noqa: F401
-from tfcheck.explainers.shrinking import (  # noqa: F401
+from tfcheck.tools.replay import replay  # noqa: F401
+from tfcheck.tools.shrinking import (  # noqa: F401
     MAX_EXAMPLES,
     MAX_FORWARDS,
     MAX_SECONDS,

@@ -141,7 +141,7 @@ def test_a_model_that_declares_nothing_is_causal_by_the_mask_it_builds_and_its_c
 
 
 def test_unknown_causality_turns_the_mismatch_into_a_warning_naming_the_declaration(monkeypatch):
-    from tfcheck.model import own_causal_mask, trial
+    from tfcheck.model.trial import own_causal_mask, trial
 
     # Causality unknown: the rule that reads it from the mask-building code left out.
     monkeypatch.setattr(trial, "ADOPTERS", tuple(a for a in trial.ADOPTERS if a is not own_causal_mask.adopt))

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import tfcheck
 from tfcheck import Status
-from tfcheck.model.small_sizes import hugging_face_values
+from tfcheck.model.build.small_sizes import hugging_face_values
 from tfcheck.ui import leakmap
 
 PADDING, HEADS, SHAPE = "mask.padding", "attention.heads", "shape.contract"
@@ -153,7 +153,7 @@ def test_funnel_padding_leak_is_a_warning_that_names_its_pooling():
 def _small_config(name: str):
     """The config tfcheck builds ``transformers:name`` from, zero-config: read, never a model built."""
     transformers = pytest.importorskip("transformers")
-    from tfcheck.model.construction import plan_arguments
+    from tfcheck.model.build.construction import plan_arguments
 
     return plan_arguments(getattr(transformers, name), {}, f"transformers:{name}").configs["config"].make()
 
@@ -281,7 +281,7 @@ def test_a_model_declaring_token_ids_its_input_gets_ids_even_without_an_nn_embed
 
 
 def test_a_vocabulary_padded_for_speed_shrinks_with_its_true_size():
-    from tfcheck.model.small_sizes import plan, quantity
+    from tfcheck.model.build.small_sizes import plan, quantity
 
     assert quantity("unpadded_vocab_size") == quantity("vocab_size") == "VOCAB_SIZE"
     assert plan({"vocab_size": 201024, "unpadded_vocab_size": 200058},

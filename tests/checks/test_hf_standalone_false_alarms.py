@@ -20,7 +20,7 @@ import torch.nn as nn
 import tfcheck
 from tfcheck import Status
 from tfcheck.errors import SpecError
-from tfcheck.model.required_inputs import required_at_runtime
+from tfcheck.model.facts.required_inputs import required_at_runtime
 
 
 class RunsOnAnotherModelsStates(nn.Module):

@@ -15,7 +15,7 @@ from helpers import result
 from reference_model.broken import UnshiftedLabels
 from tfcheck import Status
 from tfcheck.errors import DeclarationError
-from tfcheck.model.label_convention import documented_shift, parameter_doc
+from tfcheck.model.facts.label_convention import documented_shift, parameter_doc
 
 LEAK, CAUSAL = "train.target_leak", "mask.causal"
 BART_SAYS = "BartForCausalLM.forward docstring: 'The labels are not shifted inside the model'"

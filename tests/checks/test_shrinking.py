@@ -1,4 +1,4 @@
-"""Minimal failing examples (tfcheck.explainers.shrinking): after a mask or batch check fails, hypothesis shrinks the
+"""Minimal failing examples (tfcheck.tools.shrinking): after a mask or batch check fails, hypothesis shrinks the
 failure to the smallest batch, length and padding that still show it; the search is deterministic, writes nothing,
 ignores the user's hypothesis profile, and costs nothing on a correct model."""
 from __future__ import annotations
@@ -19,8 +19,8 @@ from helpers import result
 from reference_model import TransformerLM, broken
 from reference_model.models import padding_mask
 from tfcheck import Status
-from tfcheck.explainers import shrinking
 from tfcheck.shrinking import describe_padding, replay  # the public path the replay lines print
+from tfcheck.tools import shrinking
 
 CAUSAL, PADDING, BATCH = "mask.causal", "mask.padding", "batch.independence"
 ROOT = Path(__file__).resolve().parents[2]
@@ -306,7 +306,7 @@ def test_replay_refuses_a_check_without_examples():
 
 def test_a_budget_that_runs_out_during_the_search_keeps_the_failure(monkeypatch):
     from tfcheck.engine.budget import BudgetExceeded
-    from tfcheck.explainers import shrinking
+    from tfcheck.tools import shrinking
 
     def out_of_time(*args, **kwargs):
         raise BudgetExceeded(1.0, 1.2)

@@ -18,7 +18,7 @@ from locations import defect_lines
 from reference_model import broken
 from snapshot import REPO
 from tfcheck import Status
-from tfcheck.model.construction_sites import INSTANCE_REASON
+from tfcheck.model.build.construction_sites import INSTANCE_REASON
 
 TRAINING_VARIANTS = [v for v in broken.VARIANTS if v.__tfcheck_expect__["check"] in (
     "train.grad_flow", "train.overfit_batch", "train.loss_at_init", "train.target_leak", "norm.placement",

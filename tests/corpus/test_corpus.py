@@ -17,7 +17,7 @@ from corpus import CORPUS, EXPLAINED, KNOWN_FALSE_ALARMS, REAL_BUGS, Member, exp
 import tfcheck
 from helpers import pre_hook_kwargs
 from tfcheck import Status
-from tfcheck.model.spec import load
+from tfcheck.model.build.spec import load
 
 
 def _member(name: str) -> Member:

@@ -19,7 +19,7 @@ import tfcheck
 from tfcheck import Status
 from tfcheck.cli import EXIT_OK, main
 from tfcheck.engine.budget import BudgetExceeded, time_budget, where_stopped
-from tfcheck.probe.frames import innermost_user_frame
+from tfcheck.frames import innermost_user_frame
 
 MARK = "# budget: stops here"
 #: Small enough to keep the tests fast, large enough that the loop (not tfcheck's first imports) is running.

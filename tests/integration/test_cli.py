@@ -95,7 +95,7 @@ def test_version_and_colour_in_the_report(capsys):
 
 def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_drawn_when_piped(capsys):
     import tfcheck
-    from tfcheck.engine import progress
+    from tfcheck import progress
 
     with progress.watched("reference_model:TransformerLM") as state:
         tfcheck.run_checks("reference_model:TransformerLM", only=["train.overfit_batch"])
@@ -109,8 +109,8 @@ def test_progress_names_the_running_check_and_a_training_step_and_nothing_is_dra
 @pytest.mark.parametrize("choice,env,styled", [("auto", {}, True), ("auto", {"NO_COLOR": "1"}, False),
                                                ("never", {}, False), ("always", {"NO_COLOR": "1"}, True)])
 def test_the_progress_line_takes_the_reports_colour_decision_for_stderr(choice, env, styled, monkeypatch):
+    from tfcheck import progress
     from tfcheck.cli import use_color
-    from tfcheck.engine import progress
     from tfcheck.ui.live import progress_text
 
     class Terminal:

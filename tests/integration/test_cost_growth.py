@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tfcheck
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 
 #: Checks whose measurement is a batch of perturbed copies: their number of passes must not depend on
 #: the length either.

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tfcheck import cli, plugin
-from tfcheck.engine import battery
-from tfcheck.model import declarations
+from tfcheck import battery, cli, plugin
+from tfcheck.model.facts import declarations
 from tfcheck.report import table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -205,8 +205,8 @@ def test_model_is_left_exactly_as_it_was():
 
 
 def test_a_check_that_breaks_is_an_error_finding_not_a_crash(monkeypatch):
-    from tfcheck.engine import battery, registry
-
+    from tfcheck import battery
+    from tfcheck.engine import registry
     def broken_check(ctx):
         raise KeyError("internal")
 

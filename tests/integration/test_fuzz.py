@@ -187,7 +187,7 @@ def check_the_battery(model: nn.Module, **declared) -> None:
         return
     assert_same(before, snapshot(model))
     results = {r.check: r for r in report.models[0].results}
-    declared_again = tfcheck.model.declarations.from_mapping(declared, "fuzz")
+    declared_again = tfcheck.model.facts.declarations.from_mapping(declared, "fuzz")
     subject = load_subject(model, declared_again)
     before_trial = applicable_checks(subject)
     # Every check that applies is reported, and at most those a fact the trial forward settles made apply.

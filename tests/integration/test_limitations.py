@@ -10,7 +10,7 @@ import tfcheck
 import zoo_limitations as zl
 from reference_model import TransformerLM
 from tfcheck import Status
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 from tfcheck.engine.runner import Runner, load_subject
 
 

@@ -14,8 +14,8 @@ import tfcheck
 from tfcheck.engine.memory import ASSUMPTION, ModelShape, fit_probes
 from tfcheck.engine.runner import load_subject
 from tfcheck.errors import DeclarationError
-from tfcheck.model import declarations as decl
-from tfcheck.model.memory_limits import Limit, memory_limit
+from tfcheck.model.build.memory_limits import Limit, memory_limit
+from tfcheck.model.facts import declarations as decl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_the_memory_budget_declaration_reads_units_and_refuses_nonsense():
 def test_the_limit_is_the_address_space_limit_when_that_is_smallest():
     # 3 GiB of address space less the process's own 2: a 1 GiB limit, below any machine's physical memory.
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY)); "
-            "from tfcheck.model.memory_limits import memory_limit; l = memory_limit(); print(l.bytes, l.source)")
+            "from tfcheck.model.build.memory_limits import memory_limit; l = memory_limit(); print(l.bytes, l.source)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
     assert memory_limit().bytes > 1 << 30
     assert int(out[0]) == 1 << 30 and "RLIMIT_AS" in out[1]
@@ -117,7 +117,7 @@ def test_the_default_probes_are_scaled_down_too_when_even_they_do_not_fit():
 def test_a_declared_cuda_device_is_limited_by_its_total_memory_not_its_free_memory(monkeypatch):
     import torch
 
-    from tfcheck.model.memory_limits import limit_for
+    from tfcheck.model.build.memory_limits import limit_for
 
     subject = _subject()
     subject.facts.device = "cuda:0"

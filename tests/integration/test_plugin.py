@@ -25,7 +25,7 @@ def item_counts(spec: str, **declarations) -> tuple[int, int]:
     """A model's items: the checks that apply, and those collected because the trial forward may make them
     apply (skipped with their reason when it does not)."""
     from tfcheck.engine.runner import applicable_checks, load_subject, may_apply_after_trial
-    from tfcheck.model.declarations import from_mapping
+    from tfcheck.model.facts.declarations import from_mapping
 
     subject = load_subject(spec, from_mapping(declarations, "test"))
     applicable = applicable_checks(subject)

@@ -776,8 +776,8 @@ def test_a_spec_given_twice_is_checked_once(pytester):
 
 
 def test_an_error_of_tfcheck_in_forward_smoke_exits_3_with_or_without_only(monkeypatch, capsys):
-    from tfcheck.engine import battery, registry
-
+    from tfcheck import battery
+    from tfcheck.engine import registry
     smoke = battery.get("forward.smoke")
 
     def broken_smoke(ctx):

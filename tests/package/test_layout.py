@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 
 BATTERY = {
     "shape": {"forward.smoke", "shape.contract", "shape.residual"},

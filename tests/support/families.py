@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import tfcheck
 import zoo_families as zf
-from tfcheck.model.spec import load
+from tfcheck.model.build.spec import load
 
 
 @dataclass

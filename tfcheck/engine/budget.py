@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from tfcheck.probe.frames import is_user_frame, short_path
+from tfcheck.frames import is_user_frame, short_path
 
 #: Seconds a check may run when ``budget_s`` is not declared.
 DEFAULT_BUDGET_S = 120.0

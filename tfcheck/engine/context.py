@@ -38,19 +38,19 @@ from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, inconclusive, registered
 from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
-from tfcheck.model import caller_masks, trial
-from tfcheck.model.flat_outputs import output_size
+from tfcheck.model.build.user_code import user_code
+from tfcheck.model.facts.structure import without_cache
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
-from tfcheck.model.observed import Observed, Observer
-from tfcheck.model.outputs import as_checks_read
-from tfcheck.model.structure import without_cache
 from tfcheck.model.subject import PROBE_BATCH, Subject
-from tfcheck.model.trial import Trial
-from tfcheck.model.user_code import user_code
+from tfcheck.model.trial import caller_masks, trial
+from tfcheck.model.trial.flat_outputs import output_size
+from tfcheck.model.trial.observed import Observed, Observer
+from tfcheck.model.trial.outputs import as_checks_read
+from tfcheck.model.trial.trial import Trial
 from tfcheck.probe import deterministic, recorded_probe
 from tfcheck.probe.attention_view import visible_attention
-from tfcheck.probe.module_stack import tracking
-from tfcheck.probe.recorder import Recorder
+from tfcheck.recording.module_stack import tracking
+from tfcheck.recording.recorder import Recorder
 from tfcheck.report.findings import Finding
 from tfcheck.report.report import Assumption, Cost
 

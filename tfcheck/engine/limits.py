@@ -16,7 +16,7 @@ import torch
 
 from tfcheck.engine.registry import inconclusive
 from tfcheck.explainers.explanation import Explanation
-from tfcheck.probe.frames import raised_in_user_code, short_path
+from tfcheck.frames import raised_in_user_code, short_path
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption
 

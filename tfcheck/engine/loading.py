@@ -9,13 +9,13 @@ from typing import Any
 
 from tfcheck.engine.limits import COMPILED, COMPILED_WHY, uncompiled
 from tfcheck.errors import DeclarationError, UsageError
-from tfcheck.model import declarations as decl
-from tfcheck.model.construction import BUILD_SEED, built_seeded, rebuild_at_defaults
-from tfcheck.model.inference import build_subject
-from tfcheck.model.loaded import Loaded
-from tfcheck.model.small_sizes import changes_text
+from tfcheck.model.build.construction import BUILD_SEED, built_seeded, rebuild_at_defaults
+from tfcheck.model.build.loaded import Loaded
+from tfcheck.model.build.small_sizes import changes_text
+from tfcheck.model.build.usable import refuse_unusable
+from tfcheck.model.facts import declarations as decl
+from tfcheck.model.facts.inference import build_subject
 from tfcheck.model.subject import Subject
-from tfcheck.model.usable import refuse_unusable
 from tfcheck.report.report import Assumption
 
 __all__ = ["BUILD_SEED", "at_defaults", "construction_assumptions", "load_declared", "load_subject"]
@@ -24,7 +24,7 @@ __all__ = ["BUILD_SEED", "at_defaults", "construction_assumptions", "load_declar
 def load_declared(model_or_spec: Any, declarations: dict[str, Any], source: str) -> Subject:
     """The subject with keyword declarations (``source`` names where they came from, e.g. "run_checks()
     argument") over the spec's [[tool.tfcheck.models]] entry in the working directory's pyproject.toml."""
-    from tfcheck.model.project_config import declarations_for, find_pyproject
+    from tfcheck.model.facts.project_config import declarations_for, find_pyproject
 
     strong = decl.from_mapping(declarations, source)
     if isinstance(model_or_spec, str):
@@ -42,7 +42,7 @@ def load_subject(model_or_spec: Any, strong: dict[str, decl.Declared] | None = N
     """
     import torch.nn as nn
 
-    from tfcheck.model import spec as spec_mod
+    from tfcheck.model.build import spec as spec_mod
 
     strong = dict(strong or {})
     if isinstance(model_or_spec, str):

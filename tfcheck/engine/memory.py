@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tfcheck.model import names
-from tfcheck.model.memory_limits import Limit, limit_for
-from tfcheck.model.sizing import human
+from tfcheck.model.build.memory_limits import Limit, limit_for
+from tfcheck.model.build.sizing import human
+from tfcheck.model.facts import names
 from tfcheck.model.subject import PROBE_LENGTH_CAP, Subject
 from tfcheck.report.report import Assumption
 

@@ -47,7 +47,7 @@ class Check:
     #: the check builds its own probe inputs (perturbed tokens, padding), which a declared ``inputs``
     #: factory does not allow
     builds_inputs: bool = False
-    #: the check's minimal-example property (a ``tfcheck.explainers.shrinking.Property``), for checks whose
+    #: the check's minimal-example property (a ``tfcheck.tools.shrinking.Property``), for checks whose
     #: failures the search shrinks to the smallest input that shows them; ``replay`` finds it here
     shrink: Any = None
     #: the check reads a change between eval-mode forwards as a dependence (a leak, a sample seeing another):
@@ -171,5 +171,5 @@ def family_of(func: Callable) -> str | None:
 
 def registered() -> list[Check]:
     """The checks registered so far, in battery order. The registry imports no check (each check imports the
-    registry to register itself); ``tfcheck.engine.battery`` loads them all."""
+    registry to register itself); ``tfcheck.battery`` loads them all."""
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.id))

@@ -10,8 +10,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from tfcheck.engine import progress
-from tfcheck.engine.battery import all_checks
+from tfcheck import progress
+from tfcheck.battery import all_checks
 from tfcheck.engine.budget import DEFAULT_BUDGET_S, BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
@@ -21,9 +21,9 @@ from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, inconclusive
 from tfcheck.engine.symptoms import symptom_checks
 from tfcheck.errors import DeclarationError, SpecError, UsageError
-from tfcheck.model.deferred_torch import deferred_torch_imports
+from tfcheck.model.build.deferred_torch import deferred_torch_imports
 from tfcheck.model.subject import Subject
-from tfcheck.model.trial import SETTLED_BY_TRIAL, Trial
+from tfcheck.model.trial.trial import SETTLED_BY_TRIAL, Trial
 from tfcheck.report import root_cause
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.report import Assumption, CheckResult, ModelReport

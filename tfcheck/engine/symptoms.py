@@ -4,7 +4,7 @@ finding on the same line explains (tfcheck.report.root_cause); read from where e
 in those families needs no list to be kept."""
 from __future__ import annotations
 
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 
 #: The check packages whose findings are symptoms.
 SYMPTOM_FAMILIES = ("tfcheck.checks.flow.", "tfcheck.checks.mask.")

@@ -20,8 +20,8 @@ from tfcheck.explainers.model_facts import (
     tensors_of,
     width_names,
 )
-from tfcheck.model.byte_sizes import bytes_in, format_bytes
-from tfcheck.probe.module_stack import ModuleStack
+from tfcheck.model.build.byte_sizes import bytes_in, format_bytes
+from tfcheck.recording.module_stack import ModuleStack
 from tfcheck.report import table
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from tfcheck.errors import UsageError
 from tfcheck.explainers.diagnosers import Diagnosis, Scene, diagnose
-from tfcheck.model.byte_sizes import parse_bytes
-from tfcheck.probe.frames import innermost_user_frame, short_path
-from tfcheck.probe.module_stack import ModuleStack
+from tfcheck.frames import innermost_user_frame, short_path
+from tfcheck.model.build.byte_sizes import parse_bytes
+from tfcheck.recording.module_stack import ModuleStack
 from tfcheck.report import table
 from tfcheck.report.findings import Location, to_jsonable
 

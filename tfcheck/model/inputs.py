@@ -13,11 +13,11 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
-from tfcheck.model import names
-from tfcheck.model.declarations import MaskSpec
-from tfcheck.model.structure import forward_params, takes_torch_tgt_mask
-from tfcheck.model.user_code import user_code
-from tfcheck.probe.frames import innermost_user_frame, short_path
+from tfcheck.frames import innermost_user_frame, short_path
+from tfcheck.model.build.user_code import user_code
+from tfcheck.model.facts import names
+from tfcheck.model.facts.declarations import MaskSpec
+from tfcheck.model.facts.structure import forward_params, takes_torch_tgt_mask
 
 if TYPE_CHECKING:
     from tfcheck.model.subject import Subject
@@ -60,7 +60,7 @@ def min_length(subject: Subject) -> tuple[int, str]:
 
 def sequence_pooling(subject: Subject) -> tuple[int, bool, str] | None:
     """(poolings by 2, whether one position is kept out of them, the config fields that say so) for a config whose
-    blocks pool the sequence between each other (tfcheck.model.names.POOLING_BLOCKS); None for any other."""
+    blocks pool the sequence between each other (tfcheck.model.facts.names.POOLING_BLOCKS); None for any other."""
     config = getattr(subject.model, "config", None)
     name = next((n for n in names.POOLING_BLOCKS if isinstance(getattr(config, n, None), (list, tuple))), None)
     blocks = getattr(config, name) if name is not None else ()
@@ -220,7 +220,7 @@ def causal_mask_spec(subject: Subject) -> MaskSpec:
 def causal_mask_value(subject: Subject, batch: int, length: int, device: torch.device,
                       torch_convention: bool = False) -> torch.Tensor:
     """The decoder's look-ahead mask as its caller builds it, in the convention settled for it (one rule, read from
-    the op that consumes it: tfcheck.model.caller_masks): keep (bool, True on and below the diagonal), pad (bool,
+    the op that consumes it: tfcheck.model.trial.caller_masks): keep (bool, True on and below the diagonal), pad (bool,
     True above it) or additive (torch's float mask, -inf above the diagonal, as
     nn.Transformer.generate_square_subsequent_mask); keep while nothing settled it. Laid out (length, length),
     (batch, length, length) or (batch, 1, length, length): declared, or following the padding mask's layout.
@@ -258,7 +258,7 @@ def in_convention(keep: torch.Tensor, mask: MaskSpec) -> torch.Tensor:
 def with_torch_causal_mask(subject: Subject, kwargs: dict, length: int) -> dict:
     """``kwargs`` with tgt_mask = nn.Transformer.generate_square_subsequent_mask(length) when the forward takes
     torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) and the trial has not settled the look-ahead mask:
-    once it has (tfcheck.model.caller_masks: the call plan gives it, or the model builds its own), ``kwargs`` as
+    once it has (tfcheck.model.trial.caller_masks: the call plan gives it, or the model builds its own), ``kwargs`` as
     they are."""
     settled = subject.facts.causal_mask is not None and subject.facts.causal_mask.convention != ""
     if settled or not takes_torch_tgt_mask(subject.model):

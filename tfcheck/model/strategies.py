@@ -3,7 +3,7 @@ token ids and padded batches (``tfcheck.strategies`` adds ready-made forward inp
 sees it, ``model_inputs``).
 
 tfcheck draws from these itself when a mask or batch check fails, to shrink the failure to the smallest
-input that still shows it (tfcheck.explainers.shrinking). They are public so that your own ``@given`` tests draw
+input that still shows it (tfcheck.tools.shrinking). They are public so that your own ``@given`` tests draw
 inputs the same way::
 
     from hypothesis import given

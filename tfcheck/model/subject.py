@@ -1,8 +1,8 @@
 """The subject: a model plus everything tfcheck knows about it (its facts, each with its source, and the
 assumptions the report shows), and the probe sizes the checks use.
 
-The facts are settled by ``tfcheck.model.inference`` (no forward) and ``tfcheck.model.trial`` (one trial
-forward); inputs are made by ``tfcheck.model.inputs`` and outputs read by ``tfcheck.model.outputs``. The
+The facts are settled by ``tfcheck.model.facts.inference`` (no forward) and ``tfcheck.model.trial.trial`` (one trial
+forward); inputs are made by ``tfcheck.model.inputs`` and outputs read by ``tfcheck.model.trial.outputs``. The
 methods here are the check author's short way to both.
 """
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.model import declarations as decl
-from tfcheck.model import inputs, outputs
-from tfcheck.model.capacity import PROBE_LENGTH_CAP, probe_cap
-from tfcheck.model.facts import Facts
+from tfcheck.model import inputs
+from tfcheck.model.build.spec import Loaded
+from tfcheck.model.facts import declarations as decl
+from tfcheck.model.facts.facts import Facts
+from tfcheck.model.facts.structure import forward_params
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
-from tfcheck.model.spec import Loaded
-from tfcheck.model.structure import forward_params
+from tfcheck.model.trial import outputs
+from tfcheck.model.trial.capacity import PROBE_LENGTH_CAP, probe_cap
 from tfcheck.report.findings import Location
 from tfcheck.report.report import Assumption
 
@@ -44,7 +45,7 @@ class Subject:
     probe_cache: dict = field(default_factory=dict)
     #: the model's parameters and buffers as they were before the first check (tfcheck.engine.guard.Baseline)
     baseline: Any = None
-    #: the trial forward's outcome (tfcheck.model.trial.Trial), once the engine has run it; None before
+    #: the trial forward's outcome (tfcheck.model.trial.trial.Trial), once the engine has run it; None before
     trial: Any = None
 
     @property
@@ -70,7 +71,7 @@ class Subject:
         """The user's line that built the submodule, parameter or buffer at ``path`` (``kind`` "registered"),
         last wrote the parameter in place ("written") or froze it ("frozen"), located at ``module`` (default:
         the module holding ``path``); without a line, the reason why."""
-        from tfcheck.model.construction_sites import INSTANCE_REASON
+        from tfcheck.model.build.construction_sites import INSTANCE_REASON
 
         if module is None:
             module = path if path in dict(self.model.named_modules()) else path.rpartition(".")[0]
@@ -108,7 +109,7 @@ class Subject:
         return tuple(sorted({self.accepted_length(1), self.probe_length(), self.length_cap()}))
 
     def length_cap(self) -> int:
-        """The longest probe: max_len and the capacity (``tfcheck.model.capacity``, settled by the trial
+        """The longest probe: max_len and the capacity (``tfcheck.model.trial.capacity``, settled by the trial
         forward; collection, before it, reads max_len alone) and the memory budget's cap, but never over
         PROBE_LENGTH_CAP unless probe_len asks for more."""
         limits = [n for n in (self.facts.max_len, self.facts.capacity, self.facts.memory_cap) if n]

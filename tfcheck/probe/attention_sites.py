@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
 from tfcheck.probe.score_flow import PRODUCTS, PROJECTIONS, ScoreFlow
+from tfcheck.recording.recorder import OpEvent, Recording, tensors_in
 
 SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
 SDPA = "scaled_dot_product_attention"

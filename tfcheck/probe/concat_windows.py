@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 #: Ops that join their tensor arguments end to end along one axis.
 CONCATS = frozenset({"cat", "concat", "concatenate"})

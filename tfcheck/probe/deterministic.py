@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode, resolve_name
 
+from tfcheck.frames import model_frame, short_path
 from tfcheck.probe.flow import change_per_position, tolerance
-from tfcheck.probe.frames import model_frame, short_path
 
 #: Python dropout functions: (the name of their training argument, its position, its default).
 _DROPOUT_FUNCTIONS: dict[Callable, tuple[str, int, bool]] = {

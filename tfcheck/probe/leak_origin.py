@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from tfcheck.probe import flow
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 
 @dataclass(frozen=True)

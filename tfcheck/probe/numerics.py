@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)
 BFLOAT16_MAX = float(torch.finfo(torch.bfloat16).max)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.recording.recorder import OpEvent, Recording
 
 #: Ops that move or copy values without changing them.
 RELAYOUTS = frozenset({

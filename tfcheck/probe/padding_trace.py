@@ -27,11 +27,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.model.mask_uses import APPLIERS, ATTENTION, is_scores, still_the_mask
-from tfcheck.model.observed import SCORE_ADDS
+from tfcheck.model.trial.mask_uses import APPLIERS, ATTENTION, is_scores, still_the_mask
+from tfcheck.model.trial.observed import SCORE_ADDS
 from tfcheck.probe.attention_sites import PRODUCTS
-from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.probe.recorder import OpEvent, tensors_in, user_line
+from tfcheck.recording.hooks import Hook, hooked
+from tfcheck.recording.recorder import OpEvent, tensors_in, user_line
 from tfcheck.report.findings import Location, Related
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcheck.probe.concat_windows import ConcatWindows
-from tfcheck.probe.recorder import OpEvent, Recording, TensorMeta, tensors_in
+from tfcheck.recording.recorder import OpEvent, Recording, TensorMeta, tensors_in
 
 #: Ops whose integer output is positions picked by the values of their input: the picked positions carry no
 #: gradient back to the values that picked them.

@@ -8,7 +8,7 @@ import torch
 from tfcheck.probe.attention_sites import AttentionSite, CapturedOp, SiteCollector
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.probe.operand_path import operand_ids, path_to_projection, routed_by_content
-from tfcheck.probe.recorder import OpEvent, Recorder, Recording
+from tfcheck.recording.recorder import OpEvent, Recorder, Recording
 
 
 def value_id(site: AttentionSite) -> int | None:

@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.attention_sites import SiteCollector
-from tfcheck.probe.recorder import Recorder, Recording
+from tfcheck.recording.recorder import Recorder, Recording
 
 ObserverFactory = Callable[[nn.Module], Callable[..., None]]
 

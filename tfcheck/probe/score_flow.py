@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 #: Products that can form scores or mix values (function level, and aten level inside opaque calls).
 PRODUCTS = frozenset({"matmul", "__matmul__", "__rmatmul__", "bmm", "baddbmm", "einsum"})

@@ -20,9 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.engine import progress
+from tfcheck import progress
+from tfcheck.model.facts.label_convention import LABEL_ARGS
 from tfcheck.model.inputs import batch_length
-from tfcheck.model.label_convention import LABEL_ARGS
 from tfcheck.report.findings import Location
 
 #: Step budget of a training check when ``train_steps`` is not declared.
@@ -243,7 +243,7 @@ def graph_cuts(recording: Any, module: str | None = None) -> list[Cut]:
 
 def recorded_cuts(ctx, args: tuple, kwargs: dict) -> tuple[list[Cut], str | None]:
     """The graph cuts of one recorded forward of the model (tensor identities kept), or why none could be read."""
-    from tfcheck.probe.recorder import Recorder
+    from tfcheck.recording.recorder import Recorder
 
     recorder = Recorder(ctx.subject.model, track_ids=True)
     try:

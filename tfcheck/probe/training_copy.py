@@ -12,8 +12,8 @@ from typing import Any
 
 import torch.nn as nn
 
-from tfcheck.model.memory_limits import Limit, limit_for
-from tfcheck.model.sizing import human
+from tfcheck.model.build.memory_limits import Limit, limit_for
+from tfcheck.model.build.sizing import human
 from tfcheck.report.report import Assumption
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfcheck.errors import TfcheckError, UsageError
-from tfcheck.model.project_config import Entry, model_entries
-from tfcheck.model.spec import is_file_target, split_spec
+from tfcheck.model.build.spec import is_file_target, split_spec
+from tfcheck.model.facts.project_config import Entry, model_entries
 
 #: How an item's model part starts: ``tfcheck[LABEL]``.
 PREFIX = "tfcheck["

@@ -29,7 +29,7 @@ from tfcheck.pytest_plugin.workers import thread_share
 if TYPE_CHECKING:
     from tfcheck.engine.registry import Check
     from tfcheck.engine.runner import Runner
-    from tfcheck.model.project_config import Entry
+    from tfcheck.model.facts.project_config import Entry
 
 
 class ModelNode:
@@ -54,7 +54,7 @@ class ModelNode:
 
     def model_items(self) -> Any:
         from tfcheck.engine.runner import Runner, applicable_checks, load_subject, may_apply_after_trial
-        from tfcheck.model import declarations as decl
+        from tfcheck.model.facts import declarations as decl
 
         if self.error is not None:
             raise TfcheckLoadError(self.error)
@@ -193,7 +193,7 @@ class TfcheckItem(pytest.Item):
 
 def all_checks_in_order(checks: list[Check], later: set[str]) -> list[Check]:
     """The checks that apply and those that may after the trial, in battery order."""
-    from tfcheck.engine.battery import all_checks
+    from tfcheck.battery import all_checks
 
     chosen = {c.id for c in checks} | later
     return [c for c in all_checks() if c.id in chosen]

@@ -35,7 +35,7 @@ class TfcheckSession:
         return [*found, *(self._requested_node(parent, r) for r in wanted)]
 
     def _requested_node(self, parent: pytest.Collector, wanted: Requested) -> TfcheckFile:
-        from tfcheck.model.project_config import Entry
+        from tfcheck.model.facts.project_config import Entry
 
         try:
             entry = requested_entry(wanted, self.state.pyproject)
@@ -131,7 +131,7 @@ class TfcheckSession:
 
 def rebuilt_report(state: PluginState):
     """The report rebuilt from the items' payloads, in battery order (xdist may deliver them in any order)."""
-    from tfcheck.engine.battery import all_checks
+    from tfcheck.battery import all_checks
     from tfcheck.engine.symptoms import symptom_checks
     from tfcheck.report import root_cause
     from tfcheck.report.findings import Finding

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from tfcheck.errors import UsageError
-from tfcheck.model.declarations import BUDGET_OVERRUNS
+from tfcheck.model.facts.declarations import BUDGET_OVERRUNS
 from tfcheck.ui.annotations import FORMATS
 
 

@@ -10,7 +10,7 @@ import pytest
 from tfcheck.pytest_plugin.settings import Settings
 
 if TYPE_CHECKING:
-    from tfcheck.model.project_config import Entry
+    from tfcheck.model.facts.project_config import Entry
     from tfcheck.pytest_plugin.anchors import Requested
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.recording.hooks import Hook, hooked
 
 
 @dataclass

@@ -25,12 +25,12 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tfcheck.probe.frames import file_kind as frame_kind
-from tfcheck.probe.frames import model_frame
-from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.probe.tensor_meta import TensorMeta, describe, structure_dict, structure_text, tensors_in
-from tfcheck.probe.tensor_meta import described as _described
-from tfcheck.probe.tensor_meta import output_metas as _output_metas
+from tfcheck.frames import file_kind as frame_kind
+from tfcheck.frames import model_frame
+from tfcheck.recording.hooks import Hook, hooked
+from tfcheck.recording.tensor_meta import TensorMeta, describe, structure_dict, structure_text, tensors_in
+from tfcheck.recording.tensor_meta import described as _described
+from tfcheck.recording.tensor_meta import output_metas as _output_metas
 
 #: Python-level calls that say nothing about the computation (property reads, size queries).
 _NOISE = ("__get__", ".dim", ".size", ".numel", ".is_floating_point", ".is_contiguous",

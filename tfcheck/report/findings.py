@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcheck.probe.frames import short_path
+from tfcheck.frames import short_path
 from tfcheck.report.status import Status
 
 

@@ -52,7 +52,7 @@ class CheckResult:
     findings: list[Finding]
     cost: Cost = field(default_factory=Cost)
     seconds: float = 0.0
-    #: the facts the check read while it ran (tfcheck.model.facts): the assumptions its verdict depends on
+    #: the facts the check read while it ran (tfcheck.model.facts.facts): the assumptions its verdict depends on
     reads: list[str] = field(default_factory=list)
 
     @property

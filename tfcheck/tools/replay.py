@@ -1,19 +1,19 @@
 """``replay``: measure one minimal example again, the function every printed replay line calls (public
 as ``tfcheck.shrinking.replay``).
 
-Apart from tfcheck.explainers.shrinking because it finds the check's property by loading the battery,
+Apart from tfcheck.tools.shrinking because it finds the check's property by loading the battery,
 whose checks import the search: in one module that would be an import cycle.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 from tfcheck.engine.context import CheckContext
 from tfcheck.engine.guard import preserved
 from tfcheck.engine.runner import load_declared
 from tfcheck.errors import UsageError
-from tfcheck.explainers.shrinking import Search, Shown
+from tfcheck.tools.shrinking import Search, Shown
 
 
 def replay(model_or_spec: Any, check: str, example: dict, **declarations: Any) -> Shown:

@@ -9,7 +9,7 @@ MAX_SECONDS of wall time and at most a quarter of the check's budget_s) and repr
 derandomized, with no example database (nothing is written to the working directory) and with every
 setting given explicitly, so neither a user's hypothesis profile nor the CI profile changes the result.
 The finding's evidence holds the example and a one-line ``replay`` that measures it again
-(tfcheck.explainers.replay).
+(tfcheck.tools.replay).
 
 This module knows no check. A check owns its property (a ``Property`` subclass: the strategy of its
 examples and ``shows(search, example)``, the measurement of one example in one or two forwards), registers

@@ -20,10 +20,18 @@ import torch
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
-from tfcheck.model.trial import layouts_to_try
-from tfcheck.model.user_code import user_code
+from tfcheck.model.build.user_code import user_code
+from tfcheck.model.trial.trial import layouts_to_try
 from tfcheck.probe.attention_view import visible_attention
-from tfcheck.probe.recorder import ModuleCall, OpEvent, Recorder, Recording, describe, structure_dict, structure_text
+from tfcheck.recording.recorder import (
+    ModuleCall,
+    OpEvent,
+    Recorder,
+    Recording,
+    describe,
+    structure_dict,
+    structure_text,
+)
 
 #: Function-level ops shown in a trace (by their short name): what shapes attention and its heads.
 SHOWN_OPS = frozenset({
@@ -243,7 +251,7 @@ def _checked_depth(depth: Any) -> int | None:
 
 def _options_forward_also_takes(model: nn.Module, given: dict[str, Any], kwargs: dict) -> list[str]:
     """An option given that forward also takes (a forward(x, depth=...)) went to tfcheck, not forward: said so."""
-    from tfcheck.model.structure import forward_params
+    from tfcheck.model.facts.structure import forward_params
 
     params = forward_params(model)
     return [f"{name}={value!r} is trace_shapes' option, not passed to {type(model).__name__}.forward, which also "
@@ -254,7 +262,7 @@ def _options_forward_also_takes(model: nn.Module, given: dict[str, Any], kwargs:
 def _refuse_unknown_keywords(model: nn.Module, kwargs: dict) -> None:
     """Keyword arguments go to forward: one it does not take is a trace option mistyped (torchinfo's col_names=),
     refused here rather than raised by forward as if the model were broken."""
-    from tfcheck.model.structure import forward_params, takes_any_keyword
+    from tfcheck.model.facts.structure import forward_params, takes_any_keyword
 
     params = forward_params(model)
     unknown = [k for k in kwargs if k not in params]
@@ -317,7 +325,7 @@ def _parameter_names(model: nn.Module) -> dict[int, tuple[int, list[str]]]:
 
 def _failure(model: nn.Module, recorder: Recorder, exc: BaseException, device: str) -> TraceFailure:
     from tfcheck.explainers.explanation import explain
-    from tfcheck.probe.module_stack import ModuleStack
+    from tfcheck.recording.module_stack import ModuleStack
 
     modules = dict(model.named_modules())
     open_calls = [c for c in recorder.recording.calls if c.raised]

@@ -29,10 +29,10 @@ import torch.nn as nn
 
 from tfcheck.errors import TfcheckError, UsageError
 from tfcheck.explainers.explanation import Explanation, explain
-from tfcheck.model.byte_sizes import parse_bytes
-from tfcheck.probe.frames import is_user_frame, short_path
-from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.probe.module_stack import ModuleStack, tracking
+from tfcheck.frames import is_user_frame, short_path
+from tfcheck.model.build.byte_sizes import parse_bytes
+from tfcheck.recording.hooks import Hook, hooked
+from tfcheck.recording.module_stack import ModuleStack, tracking
 
 #: What ``watch`` does with the first non-finite value: warn once (default), raise NonFiniteError, only
 #: record it on ``w.first_nonfinite``, or not look at all (no per-module check: no cost on a GPU).

@@ -122,14 +122,14 @@ def model_definition(spec: str, base: Path | None = None) -> tuple[str | None, i
 
 def _resolve(spec: str, base: Path | None) -> Any:
     from tfcheck.errors import TfcheckError
-    from tfcheck.model.spec import file_module_name, import_target, is_file_target, resolve_attr, split_spec
+    from tfcheck.model.build.spec import file_module_name, import_target, is_file_target, resolve_attr, split_spec
 
     try:
         target, attr = split_spec(spec)
     except TfcheckError:
         return None
     # The run imported the module already (except on an xdist controller); a file spec's module is kept under
-    # the name tfcheck.model.spec gives it, and importing the file again would run it again.
+    # the name tfcheck.model.build.spec gives it, and importing the file again would run it again.
     name = file_module_name(Path(base or Path.cwd()) / target) if is_file_target(target) else target
     try:
         module = sys.modules.get(name) or import_target(target, base)

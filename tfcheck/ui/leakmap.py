@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.recording.hooks import Hook, hooked
 
 #: (cell role, changed?) -> glyph of the text map
 GLYPHS = {("forbidden", True): "X", ("forbidden", False): ".", ("allowed", True): "o", ("allowed", False): " ",

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from tfcheck.engine import progress
+from tfcheck import progress
 
 
 def progress_text(state: progress.Progress, styled: bool) -> Text:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
-from tfcheck.probe.recorder import ModuleCall, OpEvent, TensorMeta
+from tfcheck.recording.recorder import ModuleCall, OpEvent, TensorMeta
 
 #: Items of a tuple or list shown before the rest is counted.
 SHOWN_ITEMS = 4
@@ -78,7 +78,7 @@ def _calls_below(call: ModuleCall, children: dict) -> int:
 
 
 def brief(value: Any, arguments: bool = False) -> str:
-    """A described value (tfcheck.probe.recorder.describe) in short. ``arguments``: a call's inputs, whose last
+    """A described value (tfcheck.recording.recorder.describe) in short. ``arguments``: a call's inputs, whose last
     dict is its keyword arguments, shown ``name=value``; trailing None positional arguments are left out."""
     if isinstance(value, TensorMeta):
         return str(value)

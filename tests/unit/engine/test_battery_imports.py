@@ -1,6 +1,6 @@
 """The battery on a small model imports neither torch._dynamo nor sympy (about 1 s of every `tfcheck check`): the
 recorder's dispatch mode and torch.optim's step ask them only what plain values answer, and the engine runs every
-check inside tfcheck.model.deferred_torch's window. Counted, not timed: each test reads what one fresh interpreter
+check inside tfcheck.model.build.deferred_torch's window. Counted, not timed: each test reads what one fresh interpreter
 found, since this one has long imported both."""
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import tfcheck
-from tfcheck.engine.battery import get
+from tfcheck.battery import get
 from tfcheck.engine.registry import (
     Check,
     Inconclusive,

@@ -14,7 +14,7 @@ import tfcheck
 from reference_model import TransformerLM, broken
 from tfcheck.cli import EXIT_FAIL, EXIT_OK, main
 from tfcheck.errors import UsageError
-from tfcheck.explainers.watch import NonFiniteError, NonFiniteWarning
+from tfcheck.tools.watch import NonFiniteError, NonFiniteWarning
 
 
 def raised(fn, *args) -> Exception:
@@ -23,7 +23,7 @@ def raised(fn, *args) -> Exception:
     return info.value
 
 
-def watched(model: nn.Module, *args, **options) -> tuple[Exception, tfcheck.explainers.watch.Watch]:
+def watched(model: nn.Module, *args, **options) -> tuple[Exception, tfcheck.tools.watch.Watch]:
     """Call ``model(*args)`` inside watch; return the exception that came out and the watch."""
     w = tfcheck.watch(model, **options)
     with pytest.raises(Exception) as info:

@@ -16,7 +16,7 @@ import frontdoor_call_tgtmask as tgtmask
 import tfcheck
 from tfcheck.engine.runner import load_subject, settle_facts
 from tfcheck.errors import SpecError
-from tfcheck.model.mask_uses import MaskFollower
+from tfcheck.model.trial.mask_uses import MaskFollower
 from tfcheck.report.status import Status
 
 TUTORIAL_FILL = "-1e+09"  # the tutorials' masked_fill(mask == 0, -1e9) / logits += mask * -1e9: float16 overflows

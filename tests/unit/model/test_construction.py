@@ -1,4 +1,4 @@
-"""Construction (tfcheck/model/construction.py, configs.py, recording_config.py, small_sizes.py, import_limit.py):
+"""Construction (tfcheck/model/build/construction.py, configs.py, recording_config.py, small_sizes.py, import_limit.py):
 the recording config, dicts given for configs, a fresh config per build, shrinking with its invariants,
 shrink=false, kwargs keys kept, the defaults built when a constructor refuses the shrunk sizes, the import time
 limit, the device argument, and the name patterns. The fixtures are tests/support/frontdoor_build/."""
@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from tfcheck.engine.runner import load_subject
 from tfcheck.errors import SpecError
-from tfcheck.model import declarations as decl
-from tfcheck.model import import_limit
-from tfcheck.model.construction import plan_arguments, rebuild_at_defaults
-from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_sizes import plan, quantity
+from tfcheck.model.build import import_limit
+from tfcheck.model.build.construction import plan_arguments, rebuild_at_defaults
+from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.build.small_sizes import plan, quantity
+from tfcheck.model.facts import declarations as decl
 
 HERE = Path(__file__).resolve().parents[2] / "support" / "frontdoor_build"
 
@@ -229,7 +229,7 @@ def test_the_device_argument_is_the_runs_device():
 
 
 def spec_origin(file: str, attr: str):
-    from tfcheck.model.spec import import_target, resolve_attr
+    from tfcheck.model.build.spec import import_target, resolve_attr
 
     target = str(HERE / file)
     return resolve_attr(import_target(target), target, attr)

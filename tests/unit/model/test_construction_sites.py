@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.modules.module as module_api
 
-from tfcheck.model.construction import build, built_seeded
-from tfcheck.model.construction_sites import INSTANCE_REASON, watched_build
-from tfcheck.model.loaded import Loaded
+from tfcheck.model.build.construction import build, built_seeded
+from tfcheck.model.build.construction_sites import INSTANCE_REASON, watched_build
+from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.subject import Subject
 
 SOURCE = Path(__file__)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfcheck.errors import DeclarationError
-from tfcheck.model import declarations as decl
+from tfcheck.model.facts import declarations as decl
 
 identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
 

@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 import tfcheck  # noqa: E402
-from tfcheck.model.hf_configs import hugging_face_source  # noqa: E402
-from tfcheck.model.small_sizes import _proportional  # noqa: E402
+from tfcheck.model.build.hf_configs import hugging_face_source  # noqa: E402
+from tfcheck.model.build.small_sizes import _proportional  # noqa: E402
 
 HYBRID = ["Qwen3NextForCausalLM", "Qwen3NextModel", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5MoeTextModel", "Qwen3_5TextModel", "JambaForCausalLM", "KimiLinearForCausalLM", "Lfm3ForCausalLM",

@@ -16,8 +16,8 @@ transformers = pytest.importorskip("transformers")
 
 import tfcheck  # noqa: E402
 from tfcheck.errors import SpecError  # noqa: E402
-from tfcheck.model.construction import build  # noqa: E402
-from tfcheck.model.hf_configs import hugging_face_source  # noqa: E402
+from tfcheck.model.build.construction import build  # noqa: E402
+from tfcheck.model.build.hf_configs import hugging_face_source  # noqa: E402
 
 
 def hf_class(name: str):

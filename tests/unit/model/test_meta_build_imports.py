@@ -1,5 +1,5 @@
 """The size guard's meta build imports neither torch._dynamo nor sympy (about 1.5 s of every start-up): torch's
-Python meta kernels ask them only what plain values answer (tfcheck/model/deferred_torch.py). Counted, not
+Python meta kernels ask them only what plain values answer (tfcheck/model/build/deferred_torch.py). Counted, not
 timed: each test reads what one fresh interpreter found, since this one has long imported both."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import builtins, gc, json, sys, types
 import torch, torch.nn as nn
 plain_import = builtins.__import__
 from reference_model import TransformerLM
-from tfcheck.model.construction import refuse_if_too_large
-from tfcheck.model.sizing import meta_parameter_bytes
+from tfcheck.model.build.construction import refuse_if_too_large
+from tfcheck.model.build.sizing import meta_parameter_bytes
 
 out = {"before": [m for m in ("torch._dynamo", "sympy") if m in sys.modules]}
 out["refused"] = refuse_if_too_large(TransformerLM, dict, "reference_model:TransformerLM")

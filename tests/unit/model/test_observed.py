@@ -7,8 +7,8 @@ import math
 import torch
 import torch.nn as nn
 
-from tfcheck.model.observed import Observed, Observer
-from tfcheck.probe.recorder import Recorder
+from tfcheck.model.trial.observed import Observed, Observer
+from tfcheck.recording.recorder import Recorder
 
 B, T, D, V = 3, 7, 16, 50
 

@@ -17,8 +17,8 @@ import frontdoor_out_head as head
 import tfcheck
 from tfcheck.engine.context import CheckContext
 from tfcheck.engine.loading import load_declared
-from tfcheck.model.facts import Facts
-from tfcheck.model.outputs import extract_output, unflattened
+from tfcheck.model.facts.facts import Facts
+from tfcheck.model.trial.outputs import extract_output, unflattened
 from tfcheck.report.status import Status
 
 
@@ -165,7 +165,7 @@ def test_real_token_rows_are_inconclusive_where_a_batch_is_padded():
 
 
 def test_a_seq_first_model_s_flattened_rows_are_read_length_first():
-    # Token ids reach a seq-first model transposed by the sequence-layout rule (tfcheck.model.sequence_layout).
+    # Token ids reach a seq-first model transposed by the sequence-layout rule (tfcheck.model.trial.sequence_layout).
     report = run(flat.SeqFirstLM)
     assert problems(report) == {}
     assert assumption(report, "output layout").value == "(length·batch, 101) rows read as (batch, length, 101)"

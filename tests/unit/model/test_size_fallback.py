@@ -58,7 +58,7 @@ class ReadsNumpyThenAllocates(nn.Module):
 
 
 def test_a_constructor_the_meta_count_cannot_run_is_counted_as_it_builds_and_stopped_before_the_budget(monkeypatch):
-    from tfcheck.model import memory_limits
+    from tfcheck.model.build import memory_limits
 
     monkeypatch.setattr(memory_limits, "memory_limit", lambda: memory_limits.Limit(64 << 20, "test limit"))
     with pytest.raises(tfcheck.UsageError) as refused:  # 25% of 64 MiB allowed: 16 MiB

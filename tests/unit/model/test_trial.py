@@ -1,4 +1,4 @@
-"""The trial forward (tfcheck/model/trial.py): facts only a forward shows are settled by the model layer, once
+"""The trial forward (tfcheck/model/trial/trial.py): facts only a forward shows are settled by the model layer, once
 per model, inside the engine's guard; pytest's collection settles none of them, so it runs no forward."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import torch
 import torch.nn as nn
 
 import tfcheck
+from tfcheck.battery import get
 from tfcheck.engine import runner
-from tfcheck.engine.battery import get
 from tfcheck.engine.runner import load_subject, run_check, settle_facts
-from tfcheck.model.outputs import AUTO
-from tfcheck.model.trial import layouts_to_try
+from tfcheck.model.trial.outputs import AUTO
+from tfcheck.model.trial.trial import layouts_to_try
 from tfcheck.report.status import Status
 
 LM = "reference_model:TransformerLM"
@@ -117,7 +117,7 @@ def test_the_trials_recording_is_the_shared_recorded_probe_when_no_fact_changed(
 
 def test_a_fact_the_trial_changes_still_throws_its_recording_away(monkeypatch):
     """The other side: when a rule changes how the model is called, the recording is not of the checks' inputs."""
-    from tfcheck.model import trial
+    from tfcheck.model.trial import trial
 
     def changes_a_fact(subject, observed):
         subject.facts.pad_id = 0 if subject.facts.pad_id != 0 else 1

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
-from tfcheck.probe.recorder import Recorder
+from tfcheck.recording.recorder import Recorder
 
 N, D, H = 9, 8, 2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from tfcheck.probe.numerics import NonFiniteTracker
-from tfcheck.probe.recorder import OpEvent
+from tfcheck.recording.recorder import OpEvent
 
 
 def _event(index: int, name: str) -> OpEvent:

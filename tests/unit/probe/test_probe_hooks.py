@@ -1,4 +1,4 @@
-"""tfcheck.probe.hooks.hooked: every hook it installs is gone after the block, however the block ends, and
+"""tfcheck.recording.hooks.hooked: every hook it installs is gone after the block, however the block ends, and
 also when installing a later hook fails half-way (the model is left as it was found)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.recording.hooks import Hook, hooked
 
 
 def _hook_count(model: nn.Module) -> int:

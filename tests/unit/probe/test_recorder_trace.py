@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 import tfcheck
 from reference_model import TransformerLM, broken
 from tfcheck.probe.attention_view import visible_attention
-from tfcheck.probe.recorder import Recorder
+from tfcheck.recording.recorder import Recorder
 
 GOLDEN = Path(__file__).resolve().parents[2] / "support" / "golden"
 UPDATE = os.environ.get("TFCHECK_UPDATE_GOLDEN") == "1"
@@ -196,7 +196,7 @@ def test_events_built_without_init_read_every_field():
     when read, so none may have one."""
     import dataclasses
 
-    from tfcheck.probe.recorder import ModuleCall, OpEvent
+    from tfcheck.recording.recorder import ModuleCall, OpEvent
 
     for cls in (OpEvent, ModuleCall):
         factories = [f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING]

@@ -1,4 +1,4 @@
-"""tfcheck.probe.tensor_meta: the recorder's descriptions of tensors, made once per shape, dtype and device, and the
+"""tfcheck.recording.tensor_meta: the recorder's descriptions of tensors, made once per shape, dtype and device, and the
 tensors inside op arguments in pytree's order; and the recorder's own reads of those shapes stay out of every
 function mode (they are not the model's calls)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from tfcheck.probe.recorder import Recorder
-from tfcheck.probe.tensor_meta import TensorMeta, metas, tensors_in
+from tfcheck.recording.recorder import Recorder
+from tfcheck.recording.tensor_meta import TensorMeta, metas, tensors_in
 
 Pair = namedtuple("Pair", "left right")
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tfcheck.engine.battery import all_checks
+from tfcheck.battery import all_checks
 from tfcheck.report import table
 
 SOURCE_ROWS = {  # §5.3 of the second source article, verbatim

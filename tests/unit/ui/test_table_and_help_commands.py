@@ -8,7 +8,7 @@ import pytest
 
 from tfcheck import cli
 from tfcheck.errors import DeclarationError
-from tfcheck.model.declarations import parse_value
+from tfcheck.model.facts.declarations import parse_value
 from tfcheck.report import table
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"

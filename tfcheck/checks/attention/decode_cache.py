@@ -171,7 +171,7 @@ def _step(ctx, args: tuple, kwargs: dict, what: str, tokens: int, record: bool, 
     if it misbehaves."""
     if not record:
         return ctx.call(args, kwargs, what, tokens=tokens), None
-    from tfcheck.probe.recorder import Recorder
+    from tfcheck.recording.recorder import Recorder
 
     recorder = Recorder(ctx.subject.model, aten=False, on_op=on_op)
     with recorder:

@@ -14,11 +14,11 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import check
-from tfcheck.explainers import shrinking
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe.flow import Judgement, pick_rows, tolerance
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
+from tfcheck.tools import shrinking
 
 ID = "batch.independence"
 ROW = "sample-depends-on-batch"

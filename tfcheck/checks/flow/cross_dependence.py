@@ -30,12 +30,12 @@ from tfcheck.checks.flow.cross_sites import (
     wiring_call,
 )
 from tfcheck.engine.registry import check
-from tfcheck.model import flat_outputs
+from tfcheck.frames import is_user_frame
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.trial import flat_outputs
 from tfcheck.probe.flow import tolerance
-from tfcheck.probe.frames import is_user_frame
-from tfcheck.probe.hooks import Hook, hooked
-from tfcheck.probe.recorder import user_line
+from tfcheck.recording.hooks import Hook, hooked
+from tfcheck.recording.recorder import user_line
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

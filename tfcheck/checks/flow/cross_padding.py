@@ -14,8 +14,8 @@ from tfcheck.checks.flow.cross_sites import ID, REAL_LENGTHS, ROW_PAD, CrossCall
 from tfcheck.engine.context import ModelRaised
 from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.probe.flow import Judgement, replace_tokens, tolerance
-from tfcheck.probe.hooks import Hook, hooked
 from tfcheck.probe.padding_trace import PaddingTrace, blame
+from tfcheck.recording.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tfcheck.checks.shape.shape_residual import Dataflow
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import SOFTMAXES
-from tfcheck.probe.recorder import OpEvent, Recording
+from tfcheck.recording.recorder import OpEvent, Recording
 from tfcheck.report.findings import Location
 
 #: Ops that read rows of a table.

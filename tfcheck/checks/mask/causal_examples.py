@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import with_torch_causal_mask
 from tfcheck.probe import flow
+from tfcheck.tools import shrinking
 from tfcheck.ui import leakmap
 
 

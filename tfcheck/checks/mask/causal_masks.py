@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tfcheck.model.mask_uses import ADDS, BLOCKING
+from tfcheck.model.trial.mask_uses import ADDS, BLOCKING
 from tfcheck.probe.attention_sites import PRODUCTS, SOFTMAXES
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tfcheck.probe.frames import is_user_frame
+from tfcheck.frames import is_user_frame
 from tfcheck.probe.leak_origin import Perturbation
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 if TYPE_CHECKING:
     from tfcheck.checks.mask.causal_masks import Applied, MaskReader, Site

@@ -28,15 +28,15 @@ from tfcheck.checks.mask.causal_patterns import (
 )
 from tfcheck.checks.mask.causal_trace import CausalTrace
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
-from tfcheck.explainers import shrinking
+from tfcheck.frames import short_path
+from tfcheck.model.facts.structure import takes_torch_tgt_mask
 from tfcheck.model.inputs import with_torch_causal_mask
-from tfcheck.model.structure import takes_torch_tgt_mask
 from tfcheck.model.subject import PROBE_LENGTH
 from tfcheck.probe import flow
 from tfcheck.probe.attention_view import visible_attention
-from tfcheck.probe.frames import short_path
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
+from tfcheck.tools import shrinking
 from tfcheck.ui import leakmap
 
 ID = "mask.causal"

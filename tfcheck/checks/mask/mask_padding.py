@@ -19,13 +19,13 @@ from tfcheck.checks.mask.padding_design import MixerOutputs, local_mixing
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_comparison, padded_inputs
 from tfcheck.checks.mask.unused_mask import said_unused
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
-from tfcheck.explainers import shrinking
 from tfcheck.model.inputs import sequence_pooling
 from tfcheck.probe import flow
 from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
 from tfcheck.probe.padding_trace import PaddingTrace, blame
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
+from tfcheck.tools import shrinking
 from tfcheck.ui import leakmap
 
 ID = "mask.padding"

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from tfcheck.checks.mask.resampled import ResampledSequence
-from tfcheck.probe.frames import short_path
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.frames import short_path
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 #: torch functions whose output at a position reads a window of neighbouring positions (convolutions, unfold) or
 #: another position outright (a pad or roll that shifts the sequence).

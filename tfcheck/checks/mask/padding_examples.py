@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcheck.explainers import shrinking
+from tfcheck.frames import short_path
 from tfcheck.model.inputs import with_memory_padding_mask
-from tfcheck.model.observed import COMPARISONS
+from tfcheck.model.trial.observed import COMPARISONS
 from tfcheck.probe import flow
-from tfcheck.probe.frames import short_path
+from tfcheck.tools import shrinking
 from tfcheck.ui import leakmap
 
 

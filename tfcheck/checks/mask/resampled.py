@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tfcheck.probe.recorder import OpEvent, tensors_in
+from tfcheck.recording.recorder import OpEvent, tensors_in
 
 #: The torch functions whose output at a position reads a window of neighbouring positions, as padding_design
 #: lists them (a strided one resamples the sequence).

@@ -25,8 +25,8 @@ from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
 from tfcheck.probe.operand_path import OperandPath, operand_ids, path_to_projection
-from tfcheck.probe.recorder import OpEvent, Recording
 from tfcheck.probe.score_flow import MaskUse, written_into
+from tfcheck.recording.recorder import OpEvent, Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

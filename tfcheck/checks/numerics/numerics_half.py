@@ -17,7 +17,7 @@ from tfcheck.engine.registry import check
 from tfcheck.model.subject import TARGET_LENGTH_DELTA
 from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, Fill, FillRecorder, NonFiniteTracker
-from tfcheck.probe.recorder import Recorder
+from tfcheck.recording.recorder import Recorder
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

@@ -18,7 +18,7 @@ from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
 from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
-from tfcheck.probe.recorder import OpEvent, Recorder
+from tfcheck.recording.recorder import OpEvent, Recorder
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

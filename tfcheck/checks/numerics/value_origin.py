@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcheck.frames import is_user_frame
 from tfcheck.probe import recorded_probe
-from tfcheck.probe.frames import is_user_frame
 from tfcheck.report.findings import Location, Related
 
 #: How many of the user's frames a capture keeps (a value passed down further than this is rare).

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from tfcheck.model import names
+from tfcheck.model.facts import names
 from tfcheck.model.inputs import downsampling, sequence_pooling
 from tfcheck.report.findings import Finding
 from tfcheck.report.status import Status

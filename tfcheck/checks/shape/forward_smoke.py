@@ -20,7 +20,7 @@ def forward_smoke(ctx) -> list[Finding]:
     and select its output tensor. A model that raises fails with the innermost module, the shapes it
     received and the troubleshooting row of the error message."""
     length = ctx.subject.probe_length()
-    # The trial forward (tfcheck.model.trial), run by the engine just before this check, is that forward:
+    # The trial forward (tfcheck.model.trial.trial), run by the engine just before this check, is that forward:
     # its layout retries and output selection are settled; this check reports what it measured.
     trial = ctx.settle()
     if not trial.ran:

@@ -11,13 +11,13 @@ from tfcheck.checks.shape.declared_length import at_declared_length, pooled_note
 from tfcheck.checks.shape.stream_width import as_streams, concatenated_streams
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check
-from tfcheck.model import flat_outputs
-from tfcheck.model.capacity import promised_length
-from tfcheck.model.head import head_choice, outside_forward
 from tfcheck.model.inputs import min_length
 from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.model.trial import flat_outputs
+from tfcheck.model.trial.capacity import promised_length
+from tfcheck.model.trial.head import head_choice, outside_forward
 from tfcheck.probe import recorded_probe
-from tfcheck.probe.recorder import Recorder, Recording
+from tfcheck.recording.recorder import Recorder, Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
-from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
+from tfcheck.recording.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -77,7 +77,7 @@ def failed_residual(ctx, args: tuple, kwargs: dict) -> tuple[str, str | None] | 
     the innermost module that made it (whose construction chose its width; None when no module did)."""
     from tfcheck.engine.context import ModelRaised
     from tfcheck.probe.attention_view import visible_attention
-    from tfcheck.probe.recorder import Recorder
+    from tfcheck.recording.recorder import Recorder
 
     recorder = Recorder(ctx.subject.model, track_ids=True)
     try:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfcheck.probe.frames import short_path
-from tfcheck.probe.recorder import ModuleCall, OpEvent, Recording
+from tfcheck.frames import short_path
+from tfcheck.recording.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.report.findings import Finding, Related
 from tfcheck.report.status import Status
 

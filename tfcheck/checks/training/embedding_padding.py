@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.names import PAD_ID
+from tfcheck.model.facts.names import PAD_ID
 from tfcheck.probe.flow import change_per_position, tolerance
-from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.recording.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from tfcheck.checks.shape.shape_residual import Dataflow
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
-from tfcheck.probe.recorder import Recording
 from tfcheck.probe.schedules import (
     DECLARE_SCHEDULE,
     MAX_PLANNED_STEPS,
@@ -21,6 +20,7 @@ from tfcheck.probe.schedules import (
     schedule_lines,
     sparkline,
 )
+from tfcheck.recording.recorder import Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

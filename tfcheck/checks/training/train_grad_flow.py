@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import torch
 
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.construction_sites import model_line
-from tfcheck.model.head import outside_forward
+from tfcheck.model.build.construction_sites import model_line
 from tfcheck.model.subject import PROBE_BATCH
-from tfcheck.probe.hooks import Hook, hooked
+from tfcheck.model.trial.head import outside_forward
 from tfcheck.probe.numerics import all_finite
 from tfcheck.probe.param_flow import Flow, GradWatch, trace
-from tfcheck.probe.recorder import Recorder, Recording, tensors_in
 from tfcheck.probe.training import graph_cuts, last_cut, loss_outputs, random_projection_loss
+from tfcheck.recording.hooks import Hook, hooked
+from tfcheck.recording.recorder import Recorder, Recording, tensors_in
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 

@@ -6,7 +6,7 @@ copies its input.
 Who shifts is declared (``label_shift``) or read from the label argument's documentation in the forward docstring
 (BART's ``*ForCausalLM``: "The labels are not shifted inside the model"), else from the argument's name: Hugging
 Face ``labels`` equal the input ids and are shifted inside the model; nanoGPT / minGPT ``targets`` are the next
-tokens, shifted by the caller (tfcheck.model.label_convention). A stated convention is never taken on trust: a
+tokens, shifted by the caller (tfcheck.model.facts.label_convention). A stated convention is never taken on trust: a
 second copy, trained as long on labels that give the answer away in that convention, must learn to copy (the
 positive control), or the pass is inconclusive.
 
@@ -23,7 +23,6 @@ import torch
 
 from tfcheck.checks.training.target_readout import Readout, read_targets
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.probe.recorder import Recorder
 from tfcheck.probe.training import (
     CHECK_LR,
     batch_size,
@@ -37,6 +36,7 @@ from tfcheck.probe.training import (
     takes_target,
 )
 from tfcheck.probe.training_copy import CannotCopy, training_copy
+from tfcheck.recording.recorder import Recorder
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
 

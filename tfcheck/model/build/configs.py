@@ -1,7 +1,7 @@
 """Where the config a constructor takes comes from, and making a fresh small one for each build.
 
 In order: a Hugging Face ``config_class``; the parameter's annotation; then, from what the constructor reads
-(a recording pass with tfcheck.model.recording_config), a config class defined in or imported into the model's
+(a recording pass with tfcheck.model.build.recording_config), a config class defined in or imported into the model's
 module whose fields cover those names; the model's ``get_default_config()``; a module-level config dict or
 instance that has them all; a config class taking ``**kwargs``; and last the recording config itself, holding
 only the names read. Nothing here is keyed on a class, file or repository name: a candidate is chosen by the
@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model import names
-from tfcheck.model.config_source import ConfigSource
-from tfcheck.model.hf_configs import hugging_face_source
-from tfcheck.model.recording_config import AttrDict, RecordingConfig, to_config_object
-from tfcheck.model.small_sizes import SMALL_VALUES, is_unset, plan, quantity
-from tfcheck.model.user_code import user_code
+from tfcheck.model.facts import names
+from tfcheck.model.build.config_source import ConfigSource
+from tfcheck.model.build.hf_configs import hugging_face_source
+from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.build.small_sizes import SMALL_VALUES, is_unset, plan, quantity
+from tfcheck.model.build.user_code import user_code
 
 #: A required field (no default).
 REQUIRED = inspect.Parameter.empty
@@ -311,7 +311,7 @@ def missing_field_message(origin: Any, spec: str, param: str, missed: str, recor
                           error: BaseException | None, given: Mapping[str, Any]) -> str:
     """The constructor hard-read a field that is no hyper-parameter, and no config was found: name it, where,
     and the one declaration (or the factory) that supplies it."""
-    from tfcheck.probe.frames import innermost_user_frame, short_path
+    from tfcheck.frames import innermost_user_frame, short_path
 
     frame = innermost_user_frame(error) if error is not None else None
     where = f" ({short_path(frame.filename)}:{frame.lineno})" if frame is not None else ""

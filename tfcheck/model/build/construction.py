@@ -1,9 +1,9 @@
 """Constructing the model a spec names: its arguments filled (hyper-parameter names, a config from wherever the
 model keeps one, the run's device), large defaults shrunk with their invariants kept, a build too large for
 memory refused, and a constructor that refuses the small config retried without tfcheck's own choices in it
-(tfcheck.model.small_retries: its dropout rates, a width beside the small d_model, a sub-config made small), then
+(tfcheck.model.build.small_retries: its dropout rates, a width beside the small d_model, a sub-config made small), then
 built at its defaults. Its error names the config fields it read that the config leaves unset
-(tfcheck.model.config_reads).
+(tfcheck.model.build.config_reads).
 
 Every build draws fresh arguments (``Arguments.make``): a constructor that mutates its config gets its own for
 the size guard's meta build and for the real one. Models are built from a fixed seed (``built_seeded``).
@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model.config_reads import declaration_hint, unset_reads
-from tfcheck.model.configs import ConfigSource, config_for, is_config_param
-from tfcheck.model.construction_sites import ConstructionSites, watched_build
-from tfcheck.model.loaded import Loaded
-from tfcheck.model.recording_config import RecordingConfig
-from tfcheck.model.sizing import AllocationOverBudget, allocation_limit
-from tfcheck.model.small_sizes import SMALL_VALUES, changes_text, plan, quantity, small_value
-from tfcheck.model.user_code import UserExit, user_code
-from tfcheck.probe.frames import innermost_user_frame
+from tfcheck.model.build.config_reads import declaration_hint, unset_reads
+from tfcheck.model.build.configs import ConfigSource, config_for, is_config_param
+from tfcheck.model.build.construction_sites import ConstructionSites, watched_build
+from tfcheck.model.build.loaded import Loaded
+from tfcheck.model.build.recording_config import RecordingConfig
+from tfcheck.model.build.sizing import AllocationOverBudget, allocation_limit
+from tfcheck.model.build.small_sizes import SMALL_VALUES, changes_text, plan, quantity, small_value
+from tfcheck.model.build.user_code import UserExit, user_code
+from tfcheck.frames import innermost_user_frame
 
 #: The seed of every model tfcheck builds itself (from a spec, a class or a factory).
 BUILD_SEED = 0
@@ -127,7 +127,7 @@ def _recording_pass(origin: Any, arguments: dict[str, Any]) -> BaseException | N
     the meta build failed for another reason than a missing field (some constructors cannot run on meta)."""
     import torch
 
-    from tfcheck.model.meta_build import MetaBuild
+    from tfcheck.model.build.meta_build import MetaBuild
 
     recorder = next(v for v in arguments.values() if isinstance(v, RecordingConfig))
     for on_meta in (True, False):
@@ -293,8 +293,8 @@ def refuse_if_too_large(origin: Any, make_arguments: Callable[[], dict[str, Any]
     constructor cannot run on meta, the budget its real build must be counted against (None: nothing to count)."""
     import torch
 
-    from tfcheck.model.memory_limits import memory_limit
-    from tfcheck.model.sizing import MEMORY_SHARE, human, meta_parameter_bytes
+    from tfcheck.model.build.memory_limits import memory_limit
+    from tfcheck.model.build.sizing import MEMORY_SHARE, human, meta_parameter_bytes
 
     if torch.get_default_device().type == "meta":
         return None  # already building on meta: nothing will be allocated

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcheck.probe.frames import model_frame
+from tfcheck.frames import model_frame
 
 #: Why no line is known for a model the spec named as an instance (tfcheck never saw it built).
 INSTANCE_REASON = "the construction line of a model given as an instance is unknown"

@@ -1,7 +1,7 @@
 """The config of a Hugging Face class (its ``config_class``) at tfcheck's small sizes: the sizes, what the family
-needs beyond them (tfcheck.model.small_sizes), the relations its defaults hold (tfcheck.model.small_invariants),
+needs beyond them (tfcheck.model.build.small_sizes), the relations its defaults hold (tfcheck.model.build.small_invariants),
 and the same config with some of tfcheck's choices given up, for a constructor that refuses them
-(tfcheck.model.small_retries).
+(tfcheck.model.build.small_retries).
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model.config_reads import is_sub_config
-from tfcheck.model.config_source import ConfigSource
-from tfcheck.model.recording_config import to_config_object
-from tfcheck.model.small_invariants import hugging_face_invariants
-from tfcheck.model.small_retries import hugging_face_retries
-from tfcheck.model.small_sizes import SMALL_VALUES, hugging_face_layouts, hugging_face_values
+from tfcheck.model.build.config_reads import is_sub_config
+from tfcheck.model.build.config_source import ConfigSource
+from tfcheck.model.build.recording_config import to_config_object
+from tfcheck.model.build.small_invariants import hugging_face_invariants
+from tfcheck.model.build.small_retries import hugging_face_retries
+from tfcheck.model.build.small_sizes import SMALL_VALUES, hugging_face_layouts, hugging_face_values
 
 #: How deep sub-configs are made small (a config's text_config's vision_config ...).
 _DEPTH = 3

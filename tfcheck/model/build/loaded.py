@@ -28,7 +28,7 @@ class Loaded:
     device: str | None = None
     #: the constructor refused the shrunk sizes and the defaults were built instead: what raised, and where
     size_constraint: str | None = None
-    #: where the user's code registered, wrote and froze each part (tfcheck.model.construction_sites); None
+    #: where the user's code registered, wrote and froze each part (tfcheck.model.build.construction_sites); None
     #: for an instance, which tfcheck did not build
     sites: Any = None
     #: a fresh build from the same constructor and arguments (a training copy of a model deepcopy refuses); None

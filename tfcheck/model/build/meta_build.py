@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tfcheck.model.deferred_torch import deferred_torch_imports
+from tfcheck.model.build.deferred_torch import deferred_torch_imports
 
 #: In-place ops that only set values (initialisers and the arithmetic they use): on a meta tensor there are no
 #: values to set, and running them there goes through torch's meta decompositions (Python, slow). Skipped, they
@@ -25,7 +25,7 @@ class MetaBuild(TorchFunctionMode):
     reading a value (``.item()``, ``.tolist()``), which a meta tensor cannot answer, gives 0 and marks the count
     an estimate (``invented``). The ops that still run (factories, arithmetic: a sinusoidal table) have Python
     meta kernels whose first calls would import torch._dynamo, symbolic_shapes and sympy (1.5 s together):
-    inside the build those imports are deferred (tfcheck.model.deferred_torch), so the guard takes a small model
+    inside the build those imports are deferred (tfcheck.model.build.deferred_torch), so the guard takes a small model
     milliseconds."""
 
     def __init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-#: Share of the memory limit (tfcheck.model.memory_limits) a model tfcheck builds may take (the probes and copies
+#: Share of the memory limit (tfcheck.model.build.memory_limits) a model tfcheck builds may take (the probes and copies
 #: need the rest).
 MEMORY_SHARE = 0.25
 
@@ -17,8 +17,8 @@ def meta_parameter_bytes(build: Callable[[], Any]) -> tuple[int, int, bool] | No
     import torch
     import torch.nn as nn
 
-    from tfcheck.model.meta_build import MetaBuild
-    from tfcheck.model.user_code import user_code
+    from tfcheck.model.build.meta_build import MetaBuild
+    from tfcheck.model.build.user_code import user_code
 
     mode = MetaBuild()
     try:

@@ -1,5 +1,5 @@
 """Family invariants a small Hugging Face config keeps beyond the sizes (issue 15): relations between config fields
-that the defaults satisfy and tfcheck's small values (tfcheck.model.small_sizes) would break. Each is read from the
+that the defaults satisfy and tfcheck's small values (tfcheck.model.build.small_sizes) would break. Each is read from the
 config's fields, its defaults and the values it derives itself, never from a class name:
 
 - grouped-query attention stays grouped (a layer may double its kv heads: MiMo-V2's sliding layers, 8 of 4 heads);
@@ -25,8 +25,8 @@ from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
-from tfcheck.model import names
-from tfcheck.model.small_sizes import SMALL_BY_QUANTITY
+from tfcheck.model.facts import names
+from tfcheck.model.build.small_sizes import SMALL_BY_QUANTITY
 
 #: The head width the small configs use (d_model 32 over 4 heads).
 _SMALL_HEAD = int(SMALL_BY_QUANTITY["HEAD_DIM"])

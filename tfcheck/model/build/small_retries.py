@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfcheck.model import names
-from tfcheck.model.small_sizes import quantity
+from tfcheck.model.facts import names
+from tfcheck.model.build.small_sizes import quantity
 
 #: Config fields named as widths: the ones a width relation may hold between (embedding_size, intra_bottleneck_size).
 _WIDTH = re.compile(r"([a-z]+_)*(size|dim)")

@@ -1,9 +1,9 @@
 """Turning a spec (``module:attr`` or ``path/to/file.py:attr``) into what it names, and that into a model.
 
 ``attr`` may be an ``nn.Module`` subclass, a factory returning a module, or a module instance. Importing is
-here (a model file that runs a script when imported is stopped by tfcheck.model.import_limit); constructing is
-tfcheck.model.construction (filled and shrunk arguments, configs from tfcheck.model.configs), whose names are
-re-exported so that ``tfcheck.model.spec.load`` / ``build`` / ``Loaded`` / ``SMALL_VALUES`` keep working.
+here (a model file that runs a script when imported is stopped by tfcheck.model.build.import_limit); constructing is
+tfcheck.model.build.construction (filled and shrunk arguments, configs from tfcheck.model.build.configs), whose names are
+re-exported so that ``tfcheck.model.build.spec.load`` / ``build`` / ``Loaded`` / ``SMALL_VALUES`` keep working.
 """
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model import import_limit, names
-from tfcheck.model.construction import build, user_frame
-from tfcheck.model.loaded import Loaded
-from tfcheck.model.small_sizes import SMALL_VALUES
-from tfcheck.model.user_code import is_control_flow
-from tfcheck.probe.frames import innermost_user_frame, short_path
+from tfcheck.model.build import import_limit
+from tfcheck.model.facts import names
+from tfcheck.model.build.construction import build, user_frame
+from tfcheck.model.build.loaded import Loaded
+from tfcheck.model.build.small_sizes import SMALL_VALUES
+from tfcheck.model.build.user_code import is_control_flow
+from tfcheck.frames import innermost_user_frame, short_path
 
 CONFIG_PARAM_NAMES = names.CONFIG_PARAMS
 

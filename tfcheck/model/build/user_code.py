@@ -14,7 +14,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-from tfcheck.probe.frames import innermost_user_frame, short_path
+from tfcheck.frames import innermost_user_frame, short_path
 
 
 class UserExit(Exception):

@@ -4,7 +4,7 @@ message that names what was found and the one declaration that fixes it.
 
 Roles: ``tokens`` / ``features`` (the primary input), ``target_tokens`` / ``target_features`` (a seq2seq model's
 decoder input), ``mask`` (a required padding mask), ``causal_mask`` (the look-ahead mask the caller builds, see
-tfcheck.model.caller_masks), ``lm_targets`` (nanoGPT's targets=None, given the inputs).
+tfcheck.model.trial.caller_masks), ``lm_targets`` (nanoGPT's targets=None, given the inputs).
 """
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import inspect
 from typing import TYPE_CHECKING
 
 from tfcheck.errors import SpecError
+from tfcheck.model.facts.names import LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.facts.required_inputs import required_at_runtime
+from tfcheck.model.facts.targets import decoder_input, pattern_role
 from tfcheck.model.inputs import mask_spec
-from tfcheck.model.names import LOSS_TARGET_ARGS, TARGET_ARGS
-from tfcheck.model.required_inputs import required_at_runtime
-from tfcheck.model.targets import decoder_input, pattern_role
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.facts import PlanSlot
+    from tfcheck.model.facts.facts import PlanSlot
     from tfcheck.model.subject import Subject
 
 
@@ -77,7 +77,7 @@ def refuse_runtime_required(subject: Subject, items: list[tuple[str, inspect.Par
 
 
 def target_parameter(subject: Subject, params: dict[str, inspect.Parameter]) -> str | None:
-    """The decoder input: by name and structure (tfcheck.model.targets); on a model whose kind is seq2seq, the
+    """The decoder input: by name and structure (tfcheck.model.facts.targets); on a model whose kind is seq2seq, the
     second parameter when required, or a required parameter of a decoder-input name."""
     found = decoder_input(subject.model, params)
     if found is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcheck.errors import DeclarationError, UsageError
-from tfcheck.model.byte_sizes import parse_bytes
+from tfcheck.model.build.byte_sizes import parse_bytes
 
 KINDS = ("encoder", "decoder", "seq2seq", "attention")
 PRECISIONS = ("fp32", "fp16", "bf16")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcheck.model.declarations import MaskSpec
+from tfcheck.model.facts.declarations import MaskSpec
 
 #: One element of a call plan: the forward parameter (None: passed positionally) and the probe tensor's role.
 PlanSlot = tuple["str | None", str]
@@ -40,7 +40,7 @@ class Facts:
     causal_mask: MaskSpec | None = None
     head: str | None = None  # a submodule forward does not call that maps its states to logits
     #: who shifts the labels of the model's own loss, "inside" or "caller", where declared or documented (None:
-    #: the label argument's name decides, tfcheck.model.label_convention)
+    #: the label argument's name decides, tfcheck.model.facts.label_convention)
     label_shift: str | None = None
     #: the largest length the model's position tables hold, found in the trial forward (None: none found)
     capacity: int | None = None

@@ -14,11 +14,11 @@ from typing import Any
 import torch.nn as nn
 
 from tfcheck.errors import SpecError
-from tfcheck.model import declarations as decl
-from tfcheck.model.call_plan import plan_calls
-from tfcheck.model.inputs import min_length
-from tfcheck.model.label_convention import settle as settle_label_shift
-from tfcheck.model.names import (
+from tfcheck.model.build.spec import Loaded, import_target, resolve_attr, split_spec
+from tfcheck.model.facts import declarations as decl
+from tfcheck.model.facts.call_plan import plan_calls
+from tfcheck.model.facts.label_convention import settle as settle_label_shift
+from tfcheck.model.facts.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
     GENERATION_SETTINGS,
@@ -26,9 +26,7 @@ from tfcheck.model.names import (
     HF_FAMILIES,
     MASK_ARGS,
 )
-from tfcheck.model.outputs import AUTO
-from tfcheck.model.spec import Loaded, import_target, resolve_attr, split_spec
-from tfcheck.model.structure import (
+from tfcheck.model.facts.structure import (
     causal_attribute,
     first_embedding,
     first_linear,
@@ -40,8 +38,10 @@ from tfcheck.model.structure import (
     takes_varargs,
     torch_batch_first,
 )
+from tfcheck.model.facts.targets import decoder_input
+from tfcheck.model.inputs import min_length
 from tfcheck.model.subject import Subject
-from tfcheck.model.targets import decoder_input
+from tfcheck.model.trial.outputs import AUTO
 from tfcheck.report.report import Assumption
 
 
@@ -291,7 +291,7 @@ class _Resolver:
 
     def declared_head(self) -> None:
         """A declared head must name a submodule: refused before any check runs (its rule is the trial's,
-        tfcheck.model.head)."""
+        tfcheck.model.trial.head)."""
         declared = self.s.declared.get("head")
         if declared is None:
             return
@@ -306,7 +306,7 @@ class _Resolver:
     def causal_mask(self) -> None:
         """The forward argument that takes the look-ahead mask its caller builds: declared, or named so
         (names.CAUSAL_MASK_ARGS; a generic mask / attn_mask never). Its convention, and whether the model builds
-        its own instead, are read in the trial forward (tfcheck.model.caller_masks)."""
+        its own instead, are read in the trial forward (tfcheck.model.trial.caller_masks)."""
         if self.declared("causal_mask"):
             argument = self.s.facts.causal_mask.argument if self.s.facts.causal_mask is not None else None
             if argument is not None and self.params and argument not in self.params \
@@ -326,7 +326,7 @@ class _Resolver:
     def layout(self) -> None:
         """Whether the model takes (length, batch, ...): declared, or said by torch's own Transformer modules'
         batch_first. (The trial forward may read it from the model's length-derived objects:
-        tfcheck.model.sequence_layout.)"""
+        tfcheck.model.trial.sequence_layout.)"""
         declared = self.s.declared.get("layout")
         if declared is not None:
             self.s.facts.set("batch_first", declared.value == "batch_first", declared.source)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch.nn as nn
 
-from tfcheck.model.structure import forward_params
+from tfcheck.model.facts.structure import forward_params
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:

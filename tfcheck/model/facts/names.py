@@ -6,8 +6,8 @@ for one family is known to all of them. Plain data: importing it imports no torc
 from __future__ import annotations
 
 # ----- hyper-parameters: one tuple per quantity, the most specific name first --------------------------
-# The same names fill a constructor (tfcheck.model.spec), settle a fact (tfcheck.model.inference) and explain
-# an error (tfcheck.explainers): a name tfcheck fills as d_model is read back as d_model.
+# The same names fill a constructor (tfcheck.model.build.spec), settle a fact (tfcheck.model.facts.inference) and
+# explain an error (tfcheck.explainers): a name tfcheck fills as d_model is read back as d_model.
 VOCAB_SIZE = ("vocab_size", "n_vocab", "ntoken", "num_tokens", "ntokens", "vocab")
 SOURCE_VOCAB_SIZE = ("src_vocab_size",)
 TARGET_VOCAB_SIZE = ("tgt_vocab_size",)
@@ -84,7 +84,7 @@ MROPE_FALLBACK = (16, 24, 24)
 PARTIAL_ROTARY = "partial_rotary_factor"
 BOS_TOKEN_ID = ("bos_token_id",)
 EOS_TOKEN_ID = ("eos_token_id",)
-#: Family invariants a small Hugging Face config keeps (tfcheck.model.small_invariants), as name patterns matched
+#: Family invariants a small Hugging Face config keeps (tfcheck.model.build.small_invariants), as name patterns matched
 #: whole. The widths of the parts of an attention head, stated apart (multi-head latent attention's
 #: qk_nope_head_dim + qk_rope_head_dim, v_head_dim, beside the head_dim its rotary embedding reads).
 HEAD_PARTS = r"((qk|q|k|v|kv)_)?((rope|nope)_)?head_dim"
@@ -119,7 +119,7 @@ CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams", "params", "model_ar
 SIZE_PRESETS = ("model_type",)
 
 #: Name patterns for the names the exact tables above do not list, one table (regular expression, the table
-#: whose quantity it is); tfcheck.model.small_sizes.quantity reads the exact names first. ``hidden`` counts as
+#: whose quantity it is); tfcheck.model.build.small_sizes.quantity reads the exact names first. ``hidden`` counts as
 #: the feed-forward width only with a qualifier (ffn_hidden): hidden_size / hidden_dim stay d_model.
 #: A switch is never a size: use_dropout, no_dropout, apply_dropout, is_drop, with_ffn take True / False.
 _NOT_A_SWITCH = r"(?!(use|no|apply|is|enable|disable|with|has|do|add)_)"
@@ -168,7 +168,7 @@ TARGET_ARGS = ("tgt", "trg", "decoder_input_ids", "tgt_tokens", "target_ids", "d
 #: Loss targets: forward(idx, targets=None) takes the labels of its own loss (nanoGPT), never a decoder input.
 LOSS_TARGET_ARGS = ("y", "targets", "labels", "label", "lm_labels")
 #: The one table of forward-argument name patterns (regular expression matched whole, the role it says), read
-#: first match first by tfcheck.model.targets: the target side's masks, flags, lengths and positions come before
+#: first match first by tfcheck.model.facts.targets: the target side's masks, flags, lengths and positions come before
 #: the decoder input, so tgt_mask, tgt_key_padding_mask and tgt_is_causal are never the decoder input. A
 #: "decoder input" name is read so only on a model that is encoder-decoder by structure (two token embeddings).
 FORWARD_ARG_PATTERNS: tuple[tuple[str, str], ...] = (

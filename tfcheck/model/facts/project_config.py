@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfcheck.errors import UsageError
-from tfcheck.model import declarations as decl
+from tfcheck.model.facts import declarations as decl
 
 
 def find_pyproject(start: Path) -> Path | None:

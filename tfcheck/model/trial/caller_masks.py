@@ -7,7 +7,7 @@ A forward argument named for it (``tgt_mask``, ``trg_mask``, ``causal_mask``, ``
   triangle built on a square, ``is_causal=True`` or a triangular buffer sliced there (``Observed.causal_masks``)
   means it does; the argument then stays None and the model's own mask is what mask.causal tests;
 - in the convention of the op that consumes it: the trial forward gives it a bool keep mask (True on and below
-  the diagonal) and reads how the op it reaches blocks (tfcheck.model.mask_uses). An op that blocks where the
+  the diagonal) and reads how the op it reaches blocks (tfcheck.model.trial.mask_uses). An op that blocks where the
   probe is False reads True as "may attend" (``masked_fill(mask == 0, -1e9)``, scaled_dot_product_attention's
   bool mask): a bool keep mask. Torch's multi-head attention (nn.MultiheadAttention, nn.Transformer*) reads a bool
   True as blocked and documents a float mask: -inf above the diagonal, as generate_square_subsequent_mask builds
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tfcheck.model.facts.structure import forward_params
 from tfcheck.model.inputs import causal_mask_spec, mask_spec
-from tfcheck.model.mask_uses import MaskUse, keep_pattern
-from tfcheck.model.structure import forward_params
+from tfcheck.model.trial.mask_uses import MaskUse, keep_pattern
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.observed import Observed
     from tfcheck.model.subject import Subject
+    from tfcheck.model.trial.observed import Observed
 
 #: What each convention gives, as the report says it.
 GIVEN = {"keep": "the causal keep mask (True on and below the diagonal)",

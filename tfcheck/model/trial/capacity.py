@@ -13,13 +13,13 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any
 
+from tfcheck.model.facts.names import MAX_LEN
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
-from tfcheck.model.names import MAX_LEN
-from tfcheck.model.observed import Observed, Sighting
+from tfcheck.model.trial.observed import Observed, Sighting
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.loaded import Loaded
+    from tfcheck.model.build.loaded import Loaded
     from tfcheck.model.subject import Subject
 
 #: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).

@@ -1,6 +1,6 @@
 """Outputs flattened for the loss: forward returns ``logits.view(-1, vocab)``, (batch·length, vocab) rows, as
 ``F.cross_entropy`` wants them. Seen in the trial forward's return (its shapes, never its values); the checks
-then read the rows as (batch, length, vocab) (``tfcheck.model.outputs.unflattened``), stated in the report.
+then read the rows as (batch, length, vocab) (``tfcheck.model.trial.outputs.unflattened``), stated in the report.
 
 Rows that are not batch × length (only the real tokens kept, the last position dropped) cannot be put back per
 position: the checks that read the output per position say so (``unreadable``) instead of judging it.
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
-from tfcheck.model.observed import Observed
-from tfcheck.model.outputs import known, returned_output
 from tfcheck.model.subject import PROBE_BATCH  # the trial forward is the standard probe
+from tfcheck.model.trial.observed import Observed
+from tfcheck.model.trial.outputs import known, returned_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 Annotated Transformer's ``generator``: ``loss(generator(model(src, tgt, ...)), y)``). Found by structure: the
 one module the trial forward never called whose first nn.Linear maps d_model to the vocabulary, whatever it is
 named; declared with ``head=ATTR`` when several could be. Every check then reads ``head(forward(x))``
-(``tfcheck.model.outputs.as_checks_read``), so train.grad_flow sees the head's parameters used."""
+(``tfcheck.model.trial.outputs.as_checks_read``), so train.grad_flow sees the head's parameters used."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import torch.nn as nn
 
 from tfcheck.errors import UsageError
-from tfcheck.model.observed import Observed
-from tfcheck.model.outputs import returned_output
+from tfcheck.model.trial.observed import Observed
+from tfcheck.model.trial.outputs import returned_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:

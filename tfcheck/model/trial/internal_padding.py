@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfcheck.model.declarations import MaskSpec
+from tfcheck.model.facts.declarations import MaskSpec
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.observed import Observed
     from tfcheck.model.subject import Subject
+    from tfcheck.model.trial.observed import Observed
 
 
 def adopt(subject: Subject, observed: Observed) -> None:

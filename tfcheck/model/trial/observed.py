@@ -4,10 +4,10 @@ input, the masks it builds itself, the ids it compares its tokens with, and the 
 These are read from the *structure* of one recorded forward (which op made what, from which tensor, at which
 line), never from the values a check measures: a look-ahead mask is "built" when the forward calls
 ``tril`` / ``triu`` on a square, asks for ``is_causal=True`` or slices a triangular buffer, not when the output
-happens not to depend on the future. The model layer's rules (``tfcheck.model.trial``) decide what to do with
+happens not to depend on the future. The model layer's rules (``tfcheck.model.trial.trial``) decide what to do with
 each sighting.
 
-The observer runs inside a recorded forward (``tfcheck.probe.recorder.Recorder``'s ``on_op``): it tracks
+The observer runs inside a recorded forward (``tfcheck.recording.recorder.Recorder``'s ``on_op``): it tracks
 tensor identities itself and keeps the tensors it tracks alive, so an id is never reused for another tensor
 while it is recorded. Anything it cannot read is skipped: an observer never makes a forward fail.
 """
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.model.mask_uses import ADDS, APPLIERS, ATTENTION, MaskFollower, MaskUse, is_scores, still_the_mask
-from tfcheck.probe.frames import short_path
-from tfcheck.probe.recorder import OpEvent, Recording, tensors_in
+from tfcheck.frames import short_path
+from tfcheck.model.trial.mask_uses import ADDS, APPLIERS, ATTENTION, MaskFollower, MaskUse, is_scores, still_the_mask
+from tfcheck.recording.recorder import OpEvent, Recording, tensors_in
 
 #: Comparisons of token ids with a special id (x == pad, x != pad_idx).
 COMPARISONS = frozenset({"eq", "ne", "__eq__", "__ne__"})
@@ -63,11 +63,11 @@ class Observed:
     position_tables: list[Sighting] = field(default_factory=list)
     #: objects made for the input's length (a square mask, a table slice, positions fed to an embedding)
     length_objects: list[Sighting] = field(default_factory=list)
-    #: the shapes of what forward returned (tfcheck.probe.recorder.describe: TensorMeta, lists, dicts)
+    #: the shapes of what forward returned (tfcheck.recording.recorder.describe: TensorMeta, lists, dicts)
     returned: Any = None
     #: the key lengths attention ran over: a softmax's last axis, the keys of torch's attention functions
     attention_lengths: set[int] = field(default_factory=set)
-    #: the first op each look-ahead mask the caller gives reached (tfcheck.model.mask_uses)
+    #: the first op each look-ahead mask the caller gives reached (tfcheck.model.trial.mask_uses)
     caller_mask_uses: list[MaskUse] = field(default_factory=list)
     #: the same trial forward with the caller's optional look-ahead mask arguments left at None (what the model
     #: builds without them); None when the forward takes no such argument

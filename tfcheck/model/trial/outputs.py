@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tfcheck.errors import UsageError
-from tfcheck.probe.recorder import TensorMeta
+from tfcheck.recording.recorder import TensorMeta
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def output_of(raw: Any) -> tuple[str | int, str]:
 
 
 def returned_output(subject: Subject, returned: Any) -> TensorMeta | None:
-    """The output among the shapes of a recorded return value (``tfcheck.probe.recorder.describe``: tuples
+    """The output among the shapes of a recorded return value (``tfcheck.recording.recorder.describe``: tuples
     become lists, objects dicts), selected as ``select_output`` would select it from the return itself."""
     how = subject.facts.output
     if how in (None, AUTO):
@@ -71,7 +71,7 @@ def returned_output(subject: Subject, returned: Any) -> TensorMeta | None:
 
 def as_checks_read(subject: Subject, model: torch.nn.Module, raw: Any, batch: int, length: int) -> Any:
     """The return of a forward of ``model`` (the model or a training copy of it) at (batch, output length) as
-    every check reads it: flattened (batch·length, ...) rows reshaped (``tfcheck.model.flat_outputs``), and a
+    every check reads it: flattened (batch·length, ...) rows reshaped (``tfcheck.model.trial.flat_outputs``), and a
     head forward does not call applied (the head of ``model``, so a copy's gradients reach its own). Unchanged
     for a model that needs neither; called on the user's code (the head is theirs)."""
     facts = subject.facts
@@ -91,7 +91,7 @@ def as_checks_read(subject: Subject, model: torch.nn.Module, raw: Any, batch: in
 def unflattened(subject: Subject, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
     """Flattened rows as (batch, length, ...): (length, batch, ...) for a seq-first model, which
     ``extract_output`` transposes. Rows that are not batch × length are left as they are: they cannot be read
-    per position (``tfcheck.model.flat_outputs.unreadable`` says why)."""
+    per position (``tfcheck.model.trial.flat_outputs.unreadable`` says why)."""
     if value.dim() != 2 or batch * length != value.shape[0]:
         return value
     if subject.facts.batch_first is False:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.observed import Observed
     from tfcheck.model.subject import Subject
+    from tfcheck.model.trial.observed import Observed
 
 
 def adopt(subject: Subject, observed: Observed) -> None:

@@ -1,5 +1,5 @@
 """A (length, batch, ...) model found from the trial's structure, when nothing declares the layout and it is no
-torch.nn Transformer module itself (whose batch_first says it: tfcheck.model.inference).
+torch.nn Transformer module itself (whose batch_first says it: tfcheck.model.facts.inference).
 
 The trial forward feeds (batch 3, length 7) ids. A sequence-first model reads axis 0 as the length: the objects it
 derives from the length (a look-ahead mask built from ``x.size(0)``, a ``(max_len, 1, d)`` table cut by
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfcheck.model.declarations import MaskSpec
-from tfcheck.model.names import KEY_PADDING_ARGS
+from tfcheck.model.facts.declarations import MaskSpec
+from tfcheck.model.facts.names import KEY_PADDING_ARGS
 from tfcheck.model.subject import PROBE_BATCH
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.observed import Observed
     from tfcheck.model.subject import Subject
+    from tfcheck.model.trial.observed import Observed
 
 
 def adopt(subject: Subject, observed: Observed) -> None:

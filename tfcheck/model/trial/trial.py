@@ -4,7 +4,7 @@ them.
 Two facts need one: the layout of a mask the forward requires (the tutorial style takes its masks already laid
 out for the attention scores, (b, 1, s) or (b, 1, 1, s), and raises on (batch, length) ones), and which tensor
 of the return value is the output (``output=auto`` until a return value is seen). Everything else is settled
-without running the model (``tfcheck.model.inference``), so pytest's collection, which decides the items,
+without running the model (``tfcheck.model.facts.inference``), so pytest's collection, which decides the items,
 runs no forward.
 
 The model layer decides what to try and what to keep; the caller (the engine) runs each forward, counted and
@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tfcheck.model import (
+from tfcheck.model.facts.declarations import MASK_LAYOUTS
+from tfcheck.model.inputs import mask_spec
+from tfcheck.model.trial import (
     caller_masks,
     capacity,
     flat_outputs,
@@ -27,10 +29,8 @@ from tfcheck.model import (
     own_causal_mask,
     sequence_layout,
 )
-from tfcheck.model.declarations import MASK_LAYOUTS
-from tfcheck.model.inputs import mask_spec
-from tfcheck.model.observed import Observed
-from tfcheck.model.outputs import infer_output
+from tfcheck.model.trial.observed import Observed
+from tfcheck.model.trial.outputs import infer_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class Trial:
 
     result: Any = None
     error: Exception | None = None
-    #: the structure the recorded trial forward showed (tfcheck.model.observed); None when none ran
+    #: the structure the recorded trial forward showed (tfcheck.model.trial.observed); None when none ran
     observed: Observed | None = None
     #: the recorded forward's own return, when the structure it showed changed no fact: its recording is then
     #: the one the checks that read recorded ops would make (the engine keeps it for them)
