@@ -117,7 +117,7 @@ def test_the_default_probes_are_scaled_down_too_when_even_they_do_not_fit():
 def test_a_declared_cuda_device_is_limited_by_its_total_memory_not_its_free_memory(monkeypatch):
     import torch
 
-    from tfcheck.model.build.memory_limits import limit_for
+    from tfcheck.model.facts.memory_budget import limit_for
 
     subject = _subject()
     subject.facts.device = "cuda:0"

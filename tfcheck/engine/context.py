@@ -40,8 +40,8 @@ from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model.build.user_code import user_code
 from tfcheck.model.facts.structure import without_cache
-from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
-from tfcheck.model.subject import PROBE_BATCH, Subject
+from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA, batch_length
+from tfcheck.model.subject import Subject
 from tfcheck.model.trial import caller_masks, trial
 from tfcheck.model.trial.flat_outputs import output_size
 from tfcheck.model.trial.observed import Observed, Observer

@@ -14,8 +14,7 @@ from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.build.small_sizes import changes_text
 from tfcheck.model.build.usable import refuse_unusable
 from tfcheck.model.facts import declarations as decl
-from tfcheck.model.facts.inference import build_subject
-from tfcheck.model.subject import Subject
+from tfcheck.model.subject import Subject, build_subject
 from tfcheck.report.report import Assumption
 
 __all__ = ["BUILD_SEED", "at_defaults", "construction_assumptions", "load_declared", "load_subject"]

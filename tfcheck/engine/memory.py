@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tfcheck.model.build.memory_limits import Limit, limit_for
+from tfcheck.model.build import names
+from tfcheck.model.build.memory_limits import Limit
 from tfcheck.model.build.sizing import human
-from tfcheck.model.facts import names
-from tfcheck.model.subject import PROBE_LENGTH_CAP, Subject
+from tfcheck.model.facts.memory_budget import limit_for
+from tfcheck.model.subject import Subject
+from tfcheck.model.trial.capacity import PROBE_LENGTH_CAP
 from tfcheck.report.report import Assumption
 
 #: Share of the memory limit the probes of one check may take (the model, its baseline copy and torch's own

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 
 #: Config names of the longest sequence a model was built for (the names the model layer reads).
 MAX_LEN_NAMES = names.MAX_LEN

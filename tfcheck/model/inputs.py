@@ -15,20 +15,22 @@ import torch.nn as nn
 from tfcheck.errors import UsageError
 from tfcheck.frames import innermost_user_frame, short_path
 from tfcheck.model.build.user_code import user_code
-from tfcheck.model.facts import names
 from tfcheck.model.facts.declarations import MaskSpec
 from tfcheck.model.facts.structure import forward_params, takes_torch_tgt_mask
+from tfcheck.model.facts.under_test import mask_spec
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
+#: The default probe: batch and length distinct from each other and from every small hyper-parameter.
+PROBE_BATCH, PROBE_LENGTH = 3, 7
 #: The target length of seq2seq probes, distinct from the source length.
 TARGET_LENGTH_DELTA = -2
 #: The mask layouts a forward may take: (batch, length), or laid out for the attention scores (tutorial style).
 DEFAULT_MASK_LAYOUT = "bs"
 
 
-def make_inputs(subject: Subject, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:
+def make_inputs(subject: ModelUnderTest, batch: int, length: int, seed: int = 0) -> tuple[tuple, dict]:
     """Inputs for one forward at (batch, length), from a private generator (global RNG untouched)."""
     factory = subject.facts.inputs
     if factory is not None:
@@ -41,55 +43,14 @@ def make_inputs(subject: Subject, batch: int, length: int, seed: int = 0) -> tup
     return inputs_for(subject, primary, target)
 
 
-def min_length(subject: Subject) -> tuple[int, str]:
-    """The shortest sequence the model accepts and what says it: the min_len declaration, else a config whose
-    blocks pool the sequence by 2 (each pooling halves it; a position kept apart, Funnel's separate_cls, comes
-    on top), else 1."""
-    declared = subject.declared.get("min_len")
-    if declared is not None:
-        return subject.accepted_length(int(declared.value)), f"declared ({declared.source})"
-    multiple = subject.declared.get("length_multiple")
-    if multiple is not None and int(multiple.value) > 1:
-        return int(multiple.value), f"length_multiple declared ({multiple.source})"
-    pooling = sequence_pooling(subject)
-    if pooling is None:
-        return downsampling(subject) or (1, "nothing pools the sequence")
-    poolings, kept, where = pooling
-    return 2 ** poolings + int(kept), where
-
-
-def sequence_pooling(subject: Subject) -> tuple[int, bool, str] | None:
-    """(poolings by 2, whether one position is kept out of them, the config fields that say so) for a config whose
-    blocks pool the sequence between each other (tfcheck.model.facts.names.POOLING_BLOCKS); None for any other."""
-    config = getattr(subject.model, "config", None)
-    name = next((n for n in names.POOLING_BLOCKS if isinstance(getattr(config, n, None), (list, tuple))), None)
-    blocks = getattr(config, name) if name is not None else ()
-    if len(blocks) < 2:
-        return None
-    kept = next((n for n in names.SEPARATE_CLS if getattr(config, n, False) is True), None)
-    where = f"config.{name} = {list(blocks)}: {len(blocks) - 1} poolings by 2"
-    return len(blocks) - 1, kept is not None, where + (f", config.{kept} = True keeps one position out" if kept else "")
-
-
-def downsampling(subject: Subject) -> tuple[int, str] | None:
-    """A config's downsampling rate (names.DOWNSAMPLING_RATES): a window of that many positions pooled into one,
-    so a shorter sequence leaves nothing to pool."""
-    config = getattr(subject.model, "config", None)
-    for name in names.DOWNSAMPLING_RATES:
-        rate = getattr(config, name, None)
-        if isinstance(rate, int) and not isinstance(rate, bool) and rate > 1:
-            return rate, f"config.{name} = {rate}: the sequence is pooled in windows of {rate} positions"
-    return None
-
-
-def random_primary(subject: Subject, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+def random_primary(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
     """Random token ids (never the pad id), or features for models that take them."""
     if subject.kind == "attention" or subject.facts.takes_features:
         return torch.randn(batch, length, known_size(subject, "d_model"), generator=gen).to(subject.device)
     return random_tokens(subject, batch, length, gen)
 
 
-def random_tokens(subject: Subject, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+def random_tokens(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
     """Real token ids: never a pad id of either side (a seq2seq model may pad its target with another id)."""
     vocab = known_size(subject, "vocab_size")
     pads = sorted({p for p in (subject.facts.pad_id, subject.facts.target_pad_id) if p is not None and 0 <= p < vocab})
@@ -100,9 +61,9 @@ def random_tokens(subject: Subject, batch: int, length: int, gen: torch.Generato
     return ids.to(subject.device)
 
 
-def inputs_for(subject: Subject, primary: torch.Tensor, target: torch.Tensor | None = None,
+def inputs_for(subject: ModelUnderTest, primary: torch.Tensor, target: torch.Tensor | None = None,
                keep: torch.Tensor | None = None) -> tuple[tuple, dict]:
-    """Forward arguments from given tensors (see :meth:`Subject.inputs_for`)."""
+    """Forward arguments from given tensors (see :meth:`ModelUnderTest.inputs_for`)."""
     if subject.kind == "attention":
         return (primary, primary, primary), {}
     mask = mask_spec(subject)
@@ -125,7 +86,7 @@ def inputs_for(subject: Subject, primary: torch.Tensor, target: torch.Tensor | N
     return tuple(args), kwargs
 
 
-def plan_value(subject: Subject, role: str, primary: torch.Tensor, target: torch.Tensor | None,
+def plan_value(subject: ModelUnderTest, role: str, primary: torch.Tensor, target: torch.Tensor | None,
                keep: torch.Tensor) -> torch.Tensor:
     """The tensor a call-plan role gets."""
     if role in ("tokens", "lm_targets", "features"):
@@ -140,7 +101,7 @@ def plan_value(subject: Subject, role: str, primary: torch.Tensor, target: torch
     return mask_value(subject, keep)  # the required mask argument
 
 
-def known_size(subject: Subject, fact: str) -> int:
+def known_size(subject: ModelUnderTest, fact: str) -> int:
     """A size the inputs need (d_model for features, vocab_size for token ids), or how to declare it."""
     value = getattr(subject.facts, fact)
     if not isinstance(value, int):
@@ -154,7 +115,7 @@ def known_size(subject: Subject, fact: str) -> int:
 SEQUENCE_ROLES = frozenset({"tokens", "features", "target_tokens", "target_features", "lm_targets"})
 
 
-def to_model_layout(subject: Subject, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def to_model_layout(subject: ModelUnderTest, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Forward arguments as the model takes them: for a (length, batch, ...) model the sequences of the call plan
     (token ids, features, the decoder input) transposed; without a plan (a declared factory, an attention module)
     every 3-D float argument. The identity for every other model."""
@@ -187,16 +148,11 @@ def batch_length(args: tuple, kwargs: dict) -> tuple[int, int]:
 
 # ----- masks ------------------------------------------------------------------------------------------
 
-def mask_spec(subject: Subject) -> MaskSpec:
-    """The padding mask's argument and convention (no mask argument when nothing settled one)."""
-    return subject.facts.mask or MaskSpec(None, "none")
-
-
-def mask_layout(subject: Subject) -> str:
+def mask_layout(subject: ModelUnderTest) -> str:
     return mask_spec(subject).layout or DEFAULT_MASK_LAYOUT
 
 
-def mask_value(subject: Subject, keep: torch.Tensor) -> torch.Tensor:
+def mask_value(subject: ModelUnderTest, keep: torch.Tensor) -> torch.Tensor:
     """A (batch, length) keep mask (True = real token) in the model's mask convention and layout."""
     value = in_convention(keep, mask_spec(subject))
     layout = mask_layout(subject)
@@ -212,12 +168,12 @@ def mask_value(subject: Subject, keep: torch.Tensor) -> torch.Tensor:
 CAUSAL_LAYOUT_OF = {"bs": "ss", "b1s": "bss", "b11s": "b1ss"}
 
 
-def causal_mask_spec(subject: Subject) -> MaskSpec:
+def causal_mask_spec(subject: ModelUnderTest) -> MaskSpec:
     """The look-ahead mask the caller builds: its argument, convention and layout (none when nothing settled one)."""
     return subject.facts.causal_mask or MaskSpec(None, "none")
 
 
-def causal_mask_value(subject: Subject, batch: int, length: int, device: torch.device,
+def causal_mask_value(subject: ModelUnderTest, batch: int, length: int, device: torch.device,
                       torch_convention: bool = False) -> torch.Tensor:
     """The decoder's look-ahead mask as its caller builds it, in the convention settled for it (one rule, read from
     the op that consumes it: tfcheck.model.trial.caller_masks): keep (bool, True on and below the diagonal), pad (bool,
@@ -255,7 +211,7 @@ def in_convention(keep: torch.Tensor, mask: MaskSpec) -> torch.Tensor:
 
 # ----- torch.nn.Transformer's calling convention ---------------------------------------------------------
 
-def with_torch_causal_mask(subject: Subject, kwargs: dict, length: int) -> dict:
+def with_torch_causal_mask(subject: ModelUnderTest, kwargs: dict, length: int) -> dict:
     """``kwargs`` with tgt_mask = nn.Transformer.generate_square_subsequent_mask(length) when the forward takes
     torch.nn.Transformer's optional (tgt_mask, tgt_is_causal) and the trial has not settled the look-ahead mask:
     once it has (tfcheck.model.trial.caller_masks: the call plan gives it, or the model builds its own), ``kwargs`` as
@@ -266,7 +222,7 @@ def with_torch_causal_mask(subject: Subject, kwargs: dict, length: int) -> dict:
     return {**kwargs, "tgt_mask": nn.Transformer.generate_square_subsequent_mask(length, device=subject.device)}
 
 
-def with_memory_padding_mask(subject: Subject, kwargs: dict, keep: torch.Tensor) -> dict:
+def with_memory_padding_mask(subject: ModelUnderTest, kwargs: dict, keep: torch.Tensor) -> dict:
     """``kwargs`` with the source padding ``keep`` (True = real) also given as memory_key_padding_mask, in
     torch's convention (True = padding), when the forward takes one besides its padding mask argument:
     torch.nn.Transformer takes the source padding twice, src_key_padding_mask for the encoder and

@@ -16,21 +16,15 @@ import torch
 import torch.nn as nn
 
 from tfcheck.model import inputs
-from tfcheck.model.build.spec import Loaded
+from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.facts import declarations as decl
 from tfcheck.model.facts.facts import Facts
-from tfcheck.model.facts.structure import forward_params
-from tfcheck.model.inputs import TARGET_LENGTH_DELTA
+from tfcheck.model.facts.inference import infer_facts
+from tfcheck.model.inputs import PROBE_LENGTH
 from tfcheck.model.trial import outputs
-from tfcheck.model.trial.capacity import PROBE_LENGTH_CAP, probe_cap
+from tfcheck.model.trial.capacity import probe_cap
 from tfcheck.report.findings import Location
 from tfcheck.report.report import Assumption
-
-#: The default probe: batch and length distinct from each other and from every small hyper-parameter.
-PROBE_BATCH, PROBE_LENGTH = 3, 7
-
-# Imported from here by the checks (re-exported, not used in this module).
-__all__ = ["Subject", "PROBE_BATCH", "PROBE_LENGTH", "PROBE_LENGTH_CAP", "TARGET_LENGTH_DELTA", "forward_params"]
 
 
 @dataclass
@@ -187,3 +181,10 @@ class Subject:
     def expected_last_dims(self) -> tuple[tuple[int, ...], str]:
         """The last dimensions the output may have (empty: any), and why."""
         return outputs.expected_last_dims(self)
+
+
+def build_subject(loaded: Loaded, declared: dict[str, decl.Declared]) -> Subject:
+    """The Subject of a built model, every fact that nothing declared inferred (``tfcheck.model.facts.inference``)."""
+    subject = Subject(loaded, declared)
+    infer_facts(subject)
+    return subject

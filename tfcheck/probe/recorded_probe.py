@@ -22,7 +22,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.probe.attention_sites import SiteCollector
 from tfcheck.recording.recorder import Recorder, Recording
 

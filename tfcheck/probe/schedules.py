@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from tfcheck.frames import innermost_user_frame, is_user_frame
+from tfcheck.model.build import names
 from tfcheck.model.build.recording_config import AttrDict
 from tfcheck.model.build.user_code import user_code
-from tfcheck.model.facts import names
 
 #: Base rate given to a ``fn(optimizer) -> scheduler`` factory when ``lr`` is not declared: with 1.0 a
 #: LambdaLR that returns absolute rates (the Noam formula) yields those rates, and a multiplier schedule

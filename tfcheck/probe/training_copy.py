@@ -12,8 +12,9 @@ from typing import Any
 
 import torch.nn as nn
 
-from tfcheck.model.build.memory_limits import Limit, limit_for
+from tfcheck.model.build.memory_limits import Limit
 from tfcheck.model.build.sizing import human
+from tfcheck.model.facts.memory_budget import limit_for
 from tfcheck.report.report import Assumption
 
 

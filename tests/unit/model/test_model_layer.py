@@ -9,8 +9,8 @@ import torch.nn as nn
 
 from tfcheck.engine.runner import load_subject
 from tfcheck.explainers import model_facts
+from tfcheck.model.build import names
 from tfcheck.model.build.spec import SMALL_VALUES
-from tfcheck.model.facts import names
 
 MODEL_LAYER = Path(__file__).resolve().parents[3] / "tfcheck" / "model"
 MAX_LINES = 400
@@ -59,7 +59,7 @@ def test_names_tfcheck_fills_are_read_back_as_facts():
 
 
 def test_a_hugging_face_configs_max_length_is_a_generation_setting_not_the_capacity():
-    from tfcheck.model.facts.inference import build_subject
+    from tfcheck.model.subject import build_subject
 
     subject = load_subject("transformers:T5ForConditionalGeneration", {})
     subject.model.config.max_length = 20  # transformers < 5 sets it on every config

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from tfcheck.engine.registry import Inconclusive, check
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.probe.attention_sites import AttentionSite
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.probe.projection_inputs import by_position as projection_input_by_position

@@ -16,7 +16,8 @@ import torch
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.errors import UsageError
-from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA, forward_params
+from tfcheck.model.facts.structure import forward_params
+from tfcheck.model.inputs import PROBE_LENGTH, TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import check
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.probe.flow import Judgement, pick_rows, tolerance
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status

@@ -31,7 +31,7 @@ from tfcheck.checks.flow.cross_sites import (
 )
 from tfcheck.engine.registry import check
 from tfcheck.frames import is_user_frame
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.model.trial import flat_outputs
 from tfcheck.probe.flow import tolerance
 from tfcheck.recording.hooks import Hook, hooked

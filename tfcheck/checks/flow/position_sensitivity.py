@@ -18,7 +18,7 @@ import torch
 
 from tfcheck.checks.flow.position_location import table_indexed_by_batch, unplaced_positions
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.probe.flow import ROUNDING, tolerance
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status

@@ -30,8 +30,7 @@ from tfcheck.checks.mask.causal_trace import CausalTrace
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.frames import short_path
 from tfcheck.model.facts.structure import takes_torch_tgt_mask
-from tfcheck.model.inputs import with_torch_causal_mask
-from tfcheck.model.subject import PROBE_LENGTH
+from tfcheck.model.inputs import PROBE_LENGTH, with_torch_causal_mask
 from tfcheck.probe import flow
 from tfcheck.probe.attention_view import visible_attention
 from tfcheck.report.findings import Finding, Location, Related

@@ -19,7 +19,7 @@ from tfcheck.checks.mask.padding_design import MixerOutputs, local_mixing
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_comparison, padded_inputs
 from tfcheck.checks.mask.unused_mask import said_unused
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
-from tfcheck.model.inputs import sequence_pooling
+from tfcheck.model.facts.lengths import sequence_pooling
 from tfcheck.probe import flow
 from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
 from tfcheck.probe.padding_trace import PaddingTrace, blame

@@ -21,7 +21,7 @@ import torch
 from tfcheck.checks.numerics import value_origin
 from tfcheck.checks.numerics.projection_match import relative_to_projection
 from tfcheck.engine.registry import check
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
 from tfcheck.probe.operand_path import OperandPath, operand_ids, path_to_projection

@@ -14,7 +14,7 @@ import torch
 
 from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import check
-from tfcheck.model.subject import TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, Fill, FillRecorder, NonFiniteTracker
 from tfcheck.recording.recorder import Recorder

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from tfcheck.checks.numerics import value_origin
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.subject import PROBE_LENGTH, TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import PROBE_LENGTH, TARGET_LENGTH_DELTA
 from tfcheck.probe import padded_probe
 from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
 from tfcheck.recording.recorder import OpEvent, Recorder

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from tfcheck.model.facts import names
-from tfcheck.model.inputs import downsampling, sequence_pooling
+from tfcheck.model.build import names
+from tfcheck.model.facts.lengths import downsampling, sequence_pooling
 from tfcheck.report.findings import Finding
 from tfcheck.report.status import Status
 

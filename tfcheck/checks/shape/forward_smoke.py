@@ -6,7 +6,7 @@ import dataclasses
 
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check, passed, warned
-from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 

@@ -11,8 +11,8 @@ from tfcheck.checks.shape.declared_length import at_declared_length, pooled_note
 from tfcheck.checks.shape.stream_width import as_streams, concatenated_streams
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check
-from tfcheck.model.inputs import min_length
-from tfcheck.model.subject import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.model.facts.lengths import min_length
+from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA
 from tfcheck.model.trial import flat_outputs
 from tfcheck.model.trial.capacity import promised_length
 from tfcheck.model.trial.head import head_choice, outside_forward
@@ -33,7 +33,7 @@ SINGLE_NUMBER = ("the forward returns a single number (shape ()), not an output 
        rows=("output-shape", "loss-nan", "tensor-size-mismatch", "mat1-mat2-shapes", "forward-fails", "out-of-memory"),
        order=10)
 def shape_contract(ctx) -> list[Finding]:
-    """Run batch 1 and batch 3 at length 1 (or the shortest the model accepts: tfcheck.model.inputs.min_length),
+    """Run batch 1 and batch 3 at length 1 (or the shortest the model accepts: tfcheck.model.facts.lengths.min_length),
     the probe length and the capped maximum, and compare each
     output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
     for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
@@ -274,7 +274,7 @@ def _grouped(verdicts: list[Finding], locate) -> list[Finding]:
 
 def _accepted(subject, lengths: tuple[int, ...]) -> tuple[int, ...]:
     """The probe lengths the model accepts: none below its shortest (a model that pools the sequence raises
-    there by design; tfcheck.model.inputs.min_length says what sets it)."""
+    there by design; tfcheck.model.facts.lengths.min_length says what sets it)."""
     shortest, _ = min_length(subject)
     return tuple(sorted({max(n, shortest) for n in lengths}))
 

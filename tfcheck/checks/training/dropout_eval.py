@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import check
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.probe.flow import change_per_position, pick_rows, tolerance
 from tfcheck.probe.training import train_mode
 from tfcheck.report.findings import Finding, Location

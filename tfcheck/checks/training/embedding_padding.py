@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.facts.names import PAD_ID
+from tfcheck.model.build.names import PAD_ID
 from tfcheck.probe.flow import change_per_position, tolerance
 from tfcheck.recording.hooks import Hook, hooked
 from tfcheck.report.findings import Finding, Location

@@ -16,7 +16,7 @@ import torch
 
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.build.construction_sites import model_line
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.model.trial.head import outside_forward
 from tfcheck.probe.numerics import all_finite
 from tfcheck.probe.param_flow import Flow, GradWatch, trace
@@ -140,7 +140,7 @@ def _untaken_optional_inputs(model, kwargs: dict) -> list[str]:
     """Forward arguments the probe did not pass that may open an optional path: an input defaulting to None, or a
     switch defaulting to False (``return_loss=False``: a hierarchical LM trains its latent predictors only in the
     loss branch), named with that default."""
-    from tfcheck.model.subject import forward_params
+    from tfcheck.model.facts.structure import forward_params
 
     params = [(name, p) for name, p in forward_params(model).items()
               if name not in kwargs and p.kind is not p.VAR_KEYWORD]

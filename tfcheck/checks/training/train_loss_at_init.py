@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.engine.registry import NotApplicable, check
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.probe.training import lm_logits
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 
 #: How deep sub-configs are looked for below a constructor's config argument (a config's text_config's ...).
 _DEPTH = 3

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 from tfcheck.model.build.config_source import ConfigSource
 from tfcheck.model.build.hf_configs import hugging_face_source
 from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object

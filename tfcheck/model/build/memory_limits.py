@@ -7,10 +7,6 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
 
 #: Address space a process with torch imported takes before any model (about 0.7 GiB measured; kept wider).
 PROCESS_ADDRESS_SPACE = 2 << 30
@@ -35,22 +31,6 @@ def memory_limit() -> Limit:
     if soft != resource.RLIM_INFINITY:
         found.append(Limit(max(soft - PROCESS_ADDRESS_SPACE, 0), "RLIMIT_AS less the process's own address space"))
     return min(found, key=lambda limit: limit.bytes)
-
-
-def limit_for(subject: Subject) -> Limit:
-    """The declared memory_budget, else the declared accelerator's total memory (``torch.cuda.mem_get_info``'s
-    total, not its free part: the same in every process), else the machine's limit."""
-    declared = subject.facts.memory_budget
-    if declared is not None:
-        return Limit(declared, f"memory_budget ({subject.source_of('memory_budget')})")
-    device = subject.facts.device
-    if device is not None and device.startswith("cuda"):
-        import torch
-
-        if torch.cuda.is_available():
-            _, total = torch.cuda.mem_get_info(torch.device(device))
-            return Limit(int(total), f"{device} memory")
-    return memory_limit()
 
 
 def _physical() -> int:

@@ -1,5 +1,5 @@
 """The config tfcheck hands a constructor when no config exists: it answers only hyper-parameters (sizes,
-counts, dropout rates, special ids: the tables of tfcheck.model.facts.names) with small values, and records which
+counts, dropout rates, special ids: the tables of tfcheck.model.build.names) with small values, and records which
 names the constructor read.
 
 Any other name is missing, as it is from a config that lacks the field: ``getattr(cfg, "x", default)``,

@@ -25,7 +25,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 from tfcheck.model.build.small_sizes import SMALL_BY_QUANTITY
 
 #: The head width the small configs use (d_model 32 over 4 heads).

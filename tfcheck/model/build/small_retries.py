@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 from tfcheck.model.build.small_sizes import quantity
 
 #: Config fields named as widths: the ones a width relation may hold between (embedding_size, intra_bottleneck_size).

@@ -2,7 +2,7 @@
 the invariants a Transformer's sizes keep (d_model = heads x d_k, kv-heads dividing heads, top-k <= experts,
 special ids inside the vocabulary).
 
-A name is a hyper-parameter when a table of tfcheck.model.facts.names lists it (exact names first, then its name
+A name is a hyper-parameter when a table of tfcheck.model.build.names lists it (exact names first, then its name
 patterns); ``quantity`` says which. Plain data and arithmetic: importing it imports no torch.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 
 #: The small value of each quantity: distinct from each other (d_model 32 != d_ff 64 != vocab 101) so that no
 #: axis can be mistaken for another, and small enough to build in milliseconds.

@@ -21,7 +21,7 @@ from typing import Any
 
 from tfcheck.errors import SpecError
 from tfcheck.model.build import import_limit
-from tfcheck.model.facts import names
+from tfcheck.model.build import names
 from tfcheck.model.build.construction import build, user_frame
 from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.build.small_sizes import SMALL_VALUES

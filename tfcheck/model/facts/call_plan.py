@@ -12,18 +12,18 @@ import inspect
 from typing import TYPE_CHECKING
 
 from tfcheck.errors import SpecError
-from tfcheck.model.facts.names import LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.build.names import LOSS_TARGET_ARGS, TARGET_ARGS
 from tfcheck.model.facts.required_inputs import required_at_runtime
 from tfcheck.model.facts.targets import decoder_input, pattern_role
-from tfcheck.model.inputs import mask_spec
+from tfcheck.model.facts.under_test import mask_spec
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
     from tfcheck.model.facts.facts import PlanSlot
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 
-def plan_calls(subject: Subject, params: dict[str, inspect.Parameter], features: bool) -> list[PlanSlot]:
+def plan_calls(subject: ModelUnderTest, params: dict[str, inspect.Parameter], features: bool) -> list[PlanSlot]:
     """The call plan of a forward taking ``params`` (see the module docstring)."""
     facts = subject.facts
     plan: list[PlanSlot] = []
@@ -57,7 +57,7 @@ def plan_calls(subject: Subject, params: dict[str, inspect.Parameter], features:
     return plan
 
 
-def refuse_runtime_required(subject: Subject, items: list[tuple[str, inspect.Parameter]], plan: list[PlanSlot],
+def refuse_runtime_required(subject: ModelUnderTest, items: list[tuple[str, inspect.Parameter]], plan: list[PlanSlot],
                             mask: str | None) -> None:
     """A SpecError when the forward raises without parameters its signature defaults to None and tfcheck does not
     give (the states of another model): the probe would only show that raise, which is no bug of the model."""
@@ -76,7 +76,7 @@ def refuse_runtime_required(subject: Subject, items: list[tuple[str, inspect.Par
         f"kwargs)) that passes {', '.join(missing)} as the model's caller does, or check the model that produces them")
 
 
-def target_parameter(subject: Subject, params: dict[str, inspect.Parameter]) -> str | None:
+def target_parameter(subject: ModelUnderTest, params: dict[str, inspect.Parameter]) -> str | None:
     """The decoder input: by name and structure (tfcheck.model.facts.targets); on a model whose kind is seq2seq, the
     second parameter when required, or a required parameter of a decoder-input name."""
     found = decoder_input(subject.model, params)
@@ -94,7 +94,7 @@ def target_parameter(subject: Subject, params: dict[str, inspect.Parameter]) -> 
     return None
 
 
-def cannot_build(subject: Subject, name: str, items: list[tuple[str, inspect.Parameter]]) -> str:
+def cannot_build(subject: ModelUnderTest, name: str, items: list[tuple[str, inspect.Parameter]]) -> str:
     """What tfcheck found about a required parameter it cannot build, and the one declaration that fixes it."""
     where = f"{subject.spec}.forward requires argument {name!r}"
     role = pattern_role(name)

@@ -18,6 +18,10 @@ from tfcheck.model.facts.declarations import MaskSpec
 PlanSlot = tuple["str | None", str]
 
 
+#: The output selection until the trial forward shows the return value (``Facts.output``).
+AUTO = "auto"
+
+
 @dataclass
 class Facts:
     # ----- what the model is: declared, or read from its config, signature and modules ---------------

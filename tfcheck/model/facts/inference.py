@@ -14,11 +14,7 @@ from typing import Any
 import torch.nn as nn
 
 from tfcheck.errors import SpecError
-from tfcheck.model.build.spec import Loaded, import_target, resolve_attr, split_spec
-from tfcheck.model.facts import declarations as decl
-from tfcheck.model.facts.call_plan import plan_calls
-from tfcheck.model.facts.label_convention import settle as settle_label_shift
-from tfcheck.model.facts.names import (
+from tfcheck.model.build.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
     GENERATION_SETTINGS,
@@ -26,6 +22,12 @@ from tfcheck.model.facts.names import (
     HF_FAMILIES,
     MASK_ARGS,
 )
+from tfcheck.model.build.spec import import_target, resolve_attr, split_spec
+from tfcheck.model.facts import declarations as decl
+from tfcheck.model.facts.call_plan import plan_calls
+from tfcheck.model.facts.facts import AUTO
+from tfcheck.model.facts.label_convention import settle as settle_label_shift
+from tfcheck.model.facts.lengths import min_length
 from tfcheck.model.facts.structure import (
     causal_attribute,
     first_embedding,
@@ -39,23 +41,19 @@ from tfcheck.model.facts.structure import (
     torch_batch_first,
 )
 from tfcheck.model.facts.targets import decoder_input
-from tfcheck.model.inputs import min_length
-from tfcheck.model.subject import Subject
-from tfcheck.model.trial.outputs import AUTO
+from tfcheck.model.facts.under_test import ModelUnderTest
 from tfcheck.report.report import Assumption
 
 
-def build_subject(loaded: Loaded, declared: dict[str, decl.Declared]) -> Subject:
-    subject = Subject(loaded, declared)
-    resolver = _Resolver(subject)
-    resolver.resolve_all()
-    return subject
+def infer_facts(subject: ModelUnderTest) -> None:
+    """Settle every fact of ``subject`` that nothing declared, each with its source."""
+    _Resolver(subject).resolve_all()
 
 
 class _Resolver:
     """Resolves each fact from declarations, then config, then structure, recording every source."""
 
-    def __init__(self, subject: Subject):
+    def __init__(self, subject: ModelUnderTest):
         self.s = subject
         self.model = subject.model
         self.config = getattr(self.model, "config", None)
@@ -227,7 +225,7 @@ class _Resolver:
             return self.set(key, fallback, "same as vocab_size", show=False)
         self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
 
-    def min_len(self) -> None:  # stated where above 1 (tfcheck.model.inputs.min_length)
+    def min_len(self) -> None:  # stated where above 1 (tfcheck.model.facts.lengths.min_length)
         shortest, where = min_length(self.s)
         if shortest > 1:
             self.s.assumptions.append(Assumption("min_len", shortest, f"{where}; the shape probes start there"))

@@ -18,7 +18,7 @@ from tfcheck.model.facts.structure import forward_params
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 #: Forward arguments through which a model computes its own loss, and who shifts them when nothing else says:
 #: Hugging Face ``labels`` are the input ids, shifted inside the model; nanoGPT / minGPT ``targets`` are the next
@@ -76,7 +76,7 @@ def documented_shift(model: nn.Module) -> tuple[str, str] | None:
     return "caller", f"{where} docstring: '{sentence.rstrip('.;:')}'"
 
 
-def settle(subject: Subject) -> None:
+def settle(subject: ModelUnderTest) -> None:
     """The label convention declared, else where the model documents it: stated among the assumptions with its
     declaration or the sentence it was read from; nothing where neither says it."""
     declared = subject.declared.get("label_shift")

@@ -12,7 +12,7 @@ import re
 
 import torch.nn as nn
 
-from tfcheck.model.facts.names import CONFIG_NAMES, FORWARD_ARG_PATTERNS, LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.build.names import CONFIG_NAMES, FORWARD_ARG_PATTERNS, LOSS_TARGET_ARGS, TARGET_ARGS
 
 
 def pattern_role(name: str) -> str | None:

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tfcheck.model.facts.structure import forward_params
-from tfcheck.model.inputs import causal_mask_spec, mask_spec
+from tfcheck.model.facts.under_test import mask_spec
+from tfcheck.model.inputs import causal_mask_spec
 from tfcheck.model.trial.mask_uses import MaskUse, keep_pattern
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
     from tfcheck.model.trial.observed import Observed
 
 #: What each convention gives, as the report says it.
@@ -40,7 +41,7 @@ GIVEN = {"keep": "the causal keep mask (True on and below the diagonal)",
          "additive": "nn.Transformer.generate_square_subsequent_mask(t)"}
 
 
-def slots(subject: Subject) -> list[tuple[int | None, str]]:
+def slots(subject: ModelUnderTest) -> list[tuple[int | None, str]]:
     """The call plan's look-ahead-mask slots: (index among the positional arguments or None, parameter)."""
     found, index = [], 0
     spec = causal_mask_spec(subject)
@@ -51,7 +52,7 @@ def slots(subject: Subject) -> list[tuple[int | None, str]]:
     return found
 
 
-def optional_unread(subject: Subject) -> bool:
+def optional_unread(subject: ModelUnderTest) -> bool:
     """Whether the trial forward must also run with the look-ahead-mask argument at None: it is optional and not
     declared (a declared one is given as declared)."""
     if "causal_mask" in subject.declared:
@@ -61,7 +62,7 @@ def optional_unread(subject: Subject) -> bool:
                for _, name in slots(subject))
 
 
-def without_caller_masks(subject: Subject, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def without_caller_masks(subject: ModelUnderTest, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The probe's arguments with the look-ahead-mask arguments left at None (their default)."""
     args_list, kwargs = list(args), dict(kwargs)
     for index, name in slots(subject):
@@ -71,7 +72,7 @@ def without_caller_masks(subject: Subject, args: tuple, kwargs: dict) -> tuple[t
     return tuple(args_list), kwargs
 
 
-def probe_masks(subject: Subject, args: tuple, kwargs: dict) -> dict[int, tuple[str, torch.Tensor]]:
+def probe_masks(subject: ModelUnderTest, args: tuple, kwargs: dict) -> dict[int, tuple[str, torch.Tensor]]:
     """The identity of each look-ahead mask given in the probe -> (argument, its keep pattern), for the trial's
     observer, when its convention is the consumer's to decide."""
     if causal_mask_spec(subject).convention:
@@ -85,7 +86,7 @@ def probe_masks(subject: Subject, args: tuple, kwargs: dict) -> dict[int, tuple[
     return found
 
 
-def adopt(subject: Subject, observed: Observed) -> None:
+def adopt(subject: ModelUnderTest, observed: Observed) -> None:
     """Settle the look-ahead mask from the trial's structure (the module docstring's rule)."""
     spec = causal_mask_spec(subject)
     if spec.argument is None or not slots(subject):
@@ -112,7 +113,7 @@ def adopt(subject: Subject, observed: Observed) -> None:
     subject.assumptions.append(Assumption(name, GIVEN[convention], why))
 
 
-def consumer_convention(subject: Subject, use: MaskUse | None) -> tuple[str, str]:
+def consumer_convention(subject: ModelUnderTest, use: MaskUse | None) -> tuple[str, str]:
     """The convention a consumer reads, and why (the module docstring's rule)."""
     role = "forward requires" if required(subject) else "forward takes"
     name = causal_mask_spec(subject).argument
@@ -134,7 +135,7 @@ def consumer_convention(subject: Subject, use: MaskUse | None) -> tuple[str, str
                     f"{name}:additive if not")
 
 
-def required(subject: Subject) -> bool:
+def required(subject: ModelUnderTest) -> bool:
     params = forward_params(subject.model)
     name = causal_mask_spec(subject).argument
     return name in params and params[name].default is inspect.Parameter.empty

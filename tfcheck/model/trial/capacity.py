@@ -13,25 +13,25 @@ import inspect
 import re
 from typing import TYPE_CHECKING, Any
 
-from tfcheck.model.facts.names import MAX_LEN
+from tfcheck.model.build.names import MAX_LEN
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.model.trial.observed import Observed, Sighting
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
     from tfcheck.model.build.loaded import Loaded
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 #: Longest probe tfcheck runs, whatever max_len a config claims (never 131072 because a config says so).
 PROBE_LENGTH_CAP = 64
 
 
-def probe_cap(subject: Subject) -> int:
+def probe_cap(subject: ModelUnderTest) -> int:
     """The longest probe before any capacity: PROBE_LENGTH_CAP, or the declared probe_len when longer."""
     return max(PROBE_LENGTH_CAP, subject.facts.probe_len or 0)
 
 
-def adopt_capacity(subject: Subject, observed: Observed) -> None:
+def adopt_capacity(subject: ModelUnderTest, observed: Observed) -> None:
     """Settle the capacity from the trial's position tables and the stated lengths; state it where it stops
     the probes short of where they would go."""
     tables = position_tables(subject, observed)
@@ -54,7 +54,7 @@ def adopt_capacity(subject: Subject, observed: Observed) -> None:
             f"length {length} (build the table from the same value, or state the capacity the table has)"))
 
 
-def position_tables(subject: Subject, observed: Observed) -> list[Sighting]:
+def position_tables(subject: ModelUnderTest, observed: Observed) -> list[Sighting]:
     """The trial's position tables made for the probe's own lengths (a slice that stops elsewhere is some other
     cut of a weight, a fused projection split, and says nothing about positions)."""
     length = subject.probe_length()
@@ -62,7 +62,7 @@ def position_tables(subject: Subject, observed: Observed) -> list[Sighting]:
     return [s for s in observed.position_tables if s.length in lengths and s.size is not None]
 
 
-def stated_lengths(subject: Subject) -> list[tuple[int, str]]:
+def stated_lengths(subject: ModelUnderTest) -> list[tuple[int, str]]:
     """The capacities the user stated, each with where: the max_len fact (declared, or read from the config or
     the model) unless tfcheck chose its value, then the constructor's max_len-like arguments."""
     facts, loaded = subject.facts, subject.loaded
@@ -84,7 +84,7 @@ def stated_lengths(subject: Subject) -> list[tuple[int, str]]:
     return out
 
 
-def stated_attribute(subject: Subject, source: str) -> tuple[str, int]:
+def stated_attribute(subject: ModelUnderTest, source: str) -> tuple[str, int]:
     """The attribute a max_len source names (``config.max_position_embeddings``, also where a rule took an offset
     off it: ``config.max_position_embeddings - 0 - 1: ...``) and the value it holds."""
     found = re.search(r"config\.(\w+)", source)
@@ -105,7 +105,7 @@ def user_value(loaded: Loaded, name: str, value: int) -> int | None:
     return value
 
 
-def constructor_lengths(subject: Subject) -> list[tuple[str, int, str]]:
+def constructor_lengths(subject: ModelUnderTest) -> list[tuple[str, int, str]]:
     """The constructor's max_len-like arguments the model was built with: (name, value, where)."""
     origin = subject.loaded.origin
     try:
@@ -126,7 +126,7 @@ def constructor_lengths(subject: Subject) -> list[tuple[str, int, str]]:
     return out
 
 
-def promised_length(subject: Subject, observed: Observed | None = None) -> tuple[int, str] | None:
+def promised_length(subject: ModelUnderTest, observed: Observed | None = None) -> tuple[int, str] | None:
     """A length the user stated beyond the position tables of the trial (``observed``, by default the one the
     engine ran), capped like every probe, with where it was stated: the model breaks that promise, and
     shape.contract probes it. None when no table contradicts a stated length."""

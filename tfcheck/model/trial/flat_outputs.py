@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tfcheck.model.inputs import TARGET_LENGTH_DELTA, batch_length
-from tfcheck.model.subject import PROBE_BATCH  # the trial forward is the standard probe
+from tfcheck.model.inputs import (
+    PROBE_BATCH,  # the trial forward is the standard probe
+    TARGET_LENGTH_DELTA,
+    batch_length,
+)
 from tfcheck.model.trial.observed import Observed
 from tfcheck.model.trial.outputs import known, returned_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 #: What a flattened output that cannot be read per position makes a check say, and what to do.
 UNREADABLE = ("forward returns its output flattened to {rows} rows, which is not batch × length = {batch} × "
@@ -26,7 +29,7 @@ UNREADABLE = ("forward returns its output flattened to {rows} rows, which is not
               "return the logits as (batch, length, vocab) from forward and flatten them in the loss")
 
 
-def adopt_flat_output(subject: Subject, observed: Observed) -> None:
+def adopt_flat_output(subject: ModelUnderTest, observed: Observed) -> None:
     """Settle flat_output from the shape of the trial's output: two axes, the last of width vocab_size or
     d_model, and more rows than samples."""
     if subject.facts.inputs is not None:
@@ -55,7 +58,7 @@ def adopt_flat_output(subject: Subject, observed: Observed) -> None:
         "say inconclusive"))
 
 
-def unreadable(subject: Subject, output: torch.Tensor, batch: int, length: int) -> str | None:
+def unreadable(subject: ModelUnderTest, output: torch.Tensor, batch: int, length: int) -> str | None:
     """Why ``output`` of a forward at (batch, output length) cannot be read per position: flattened rows that
     are not batch × length. None when it can (or is no flattened output)."""
     if not subject.facts.flat_output or output.dim() != 2 or output.shape[0] == batch * length:
@@ -63,7 +66,7 @@ def unreadable(subject: Subject, output: torch.Tensor, batch: int, length: int) 
     return UNREADABLE.format(rows=output.shape[0], batch=batch, length=length)
 
 
-def output_size(subject: Subject, args: tuple, kwargs: dict) -> tuple[int, int]:
+def output_size(subject: ModelUnderTest, args: tuple, kwargs: dict) -> tuple[int, int]:
     """The (batch, length) of the output of a forward on these arguments (the checks' layout, before the
     model's): the target's length for a seq2seq call, the primary input's otherwise."""
     positional = iter(args)

@@ -15,10 +15,10 @@ from tfcheck.model.trial.outputs import returned_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 
-def adopt_head(subject: Subject, observed: Observed) -> None:
+def adopt_head(subject: ModelUnderTest, observed: Observed) -> None:
     """Settle ``head``: the declaration, else the only candidate when forward returns d_model-wide states;
     several candidates are named among the assumptions, with the declaration that picks one."""
     facts = subject.facts
@@ -53,7 +53,7 @@ def adopt_head(subject: Subject, observed: Observed) -> None:
         subject.assumptions.append(Assumption("head", None, head_choice(d_model, vocab, found)))
 
 
-def returns_states(subject: Subject, observed: Observed) -> bool:
+def returns_states(subject: ModelUnderTest, observed: Observed) -> bool:
     """Whether the trial's output is d_model wide (and d_model is not also the vocabulary's size)."""
     d_model, vocab = subject.facts.d_model, subject.facts.output_vocab_size
     out = returned_output(subject, observed.returned)
@@ -61,7 +61,7 @@ def returns_states(subject: Subject, observed: Observed) -> bool:
         and out.shape[-1] == d_model
 
 
-def outside_forward(subject: Subject) -> list[str]:
+def outside_forward(subject: ModelUnderTest) -> list[str]:
     """The heads forward never calls, for a model whose forward returns d_model-wide states (the trial's
     reading; empty before it): the one every check applies and the others, which the loss applies (several
     heads) and train.grad_flow does not call unused."""

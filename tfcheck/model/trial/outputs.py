@@ -9,17 +9,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tfcheck.errors import UsageError
+from tfcheck.model.facts.facts import AUTO
 from tfcheck.recording.recorder import TensorMeta
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
-#: The value of the ``output`` fact until a return value has been seen.
-AUTO = "auto"
-
-
-def infer_output(subject: Subject, raw: Any) -> None:
+def infer_output(subject: ModelUnderTest, raw: Any) -> None:
     """Settle output='auto' from a forward's return value (the structure, not the values)."""
     if subject.facts.output != AUTO:
         return
@@ -49,7 +46,7 @@ def output_of(raw: Any) -> tuple[str | int, str]:
         "index or a key/attribute name of the output tensor)")
 
 
-def returned_output(subject: Subject, returned: Any) -> TensorMeta | None:
+def returned_output(subject: ModelUnderTest, returned: Any) -> TensorMeta | None:
     """The output among the shapes of a recorded return value (``tfcheck.recording.recorder.describe``: tuples
     become lists, objects dicts), selected as ``select_output`` would select it from the return itself."""
     how = subject.facts.output
@@ -69,7 +66,7 @@ def returned_output(subject: Subject, returned: Any) -> TensorMeta | None:
     return value if isinstance(value, TensorMeta) else None
 
 
-def as_checks_read(subject: Subject, model: torch.nn.Module, raw: Any, batch: int, length: int) -> Any:
+def as_checks_read(subject: ModelUnderTest, model: torch.nn.Module, raw: Any, batch: int, length: int) -> Any:
     """The return of a forward of ``model`` (the model or a training copy of it) at (batch, output length) as
     every check reads it: flattened (batch·length, ...) rows reshaped (``tfcheck.model.trial.flat_outputs``), and a
     head forward does not call applied (the head of ``model``, so a copy's gradients reach its own). Unchanged
@@ -88,7 +85,7 @@ def as_checks_read(subject: Subject, model: torch.nn.Module, raw: Any, batch: in
     return replaced(raw, how, value)
 
 
-def unflattened(subject: Subject, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+def unflattened(subject: ModelUnderTest, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
     """Flattened rows as (batch, length, ...): (length, batch, ...) for a seq-first model, which
     ``extract_output`` transposes. Rows that are not batch × length are left as they are: they cannot be read
     per position (``tfcheck.model.trial.flat_outputs.unreadable`` says why)."""
@@ -138,7 +135,7 @@ def select_output(raw: Any, how: str | int) -> Any:
     raise UsageError(f"the model's output has no key or attribute {how!r}; declare 'output' to select another")
 
 
-def extract_output(subject: Subject, raw: Any) -> torch.Tensor:
+def extract_output(subject: ModelUnderTest, raw: Any) -> torch.Tensor:
     """The output tensor of a forward's return value, as declared or inferred, (batch, length, ...)."""
     # The trial forward settles the selection before any check runs; a forward outside the engine (a probe
     # built by hand, a replay) settles it from its own return value, the same rule on the same structure.
@@ -157,7 +154,7 @@ def extract_output(subject: Subject, raw: Any) -> torch.Tensor:
     return value
 
 
-def expected_last_dims(subject: Subject) -> tuple[tuple[int, ...], str]:
+def expected_last_dims(subject: ModelUnderTest) -> tuple[tuple[int, ...], str]:
     """The last dimensions the output may have (empty: any), and why."""
     facts = subject.facts
     named = facts.output

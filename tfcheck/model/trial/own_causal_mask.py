@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
     from tfcheck.model.trial.observed import Observed
 
 
-def adopt(subject: Subject, observed: Observed) -> None:
+def adopt(subject: ModelUnderTest, observed: Observed) -> None:
     facts = subject.facts
     if facts.kind is not None or facts.causal is not None or {"kind", "causal"} & set(subject.declared):
         return

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tfcheck.model.build.names import KEY_PADDING_ARGS
 from tfcheck.model.facts.declarations import MaskSpec
-from tfcheck.model.facts.names import KEY_PADDING_ARGS
-from tfcheck.model.subject import PROBE_BATCH
+from tfcheck.model.inputs import PROBE_BATCH
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
     from tfcheck.model.trial.observed import Observed
 
 
-def adopt(subject: Subject, observed: Observed) -> None:
+def adopt(subject: ModelUnderTest, observed: Observed) -> None:
     facts = subject.facts
     if facts.batch_first is not None or "layout" in subject.declared or facts.inputs is not None:
         return

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfcheck.model.facts.declarations import MASK_LAYOUTS
-from tfcheck.model.inputs import mask_spec
+from tfcheck.model.facts.under_test import mask_spec
 from tfcheck.model.trial import (
     caller_masks,
     capacity,
@@ -34,7 +34,7 @@ from tfcheck.model.trial.outputs import infer_output
 from tfcheck.report.report import Assumption
 
 if TYPE_CHECKING:
-    from tfcheck.model.subject import Subject
+    from tfcheck.model.facts.under_test import ModelUnderTest
 
 #: The layouts tried after a required mask in (batch, length) raised, in order.
 SCORE_LAYOUTS = ("b1s", "b11s")
@@ -61,7 +61,7 @@ class Trial:
 
 
 #: Rules that read the trial forward's structure and settle facts from it, each (subject, observed) -> None.
-ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = (
+ADOPTERS: tuple[Callable[[ModelUnderTest, Observed], None], ...] = (
     sequence_layout.adopt,
     caller_masks.adopt,
     own_causal_mask.adopt,
@@ -72,7 +72,7 @@ ADOPTERS: tuple[Callable[[Subject, Observed], None], ...] = (
 )
 
 
-def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[Any], Any] = lambda r: r,
+def settle(subject: ModelUnderTest, forward: Callable[[bool], Any], raw_of: Callable[[Any], Any] = lambda r: r,
            model_error: type[Exception] = Exception, describe: Callable[[Exception], str] = str,
            observed_of: Callable[[Any], Observed | None] = lambda r: None) -> Trial:
     """Run ``forward(observe)`` (one forward of the standard probe, built from the subject's current facts,
@@ -114,12 +114,12 @@ def settle(subject: Subject, forward: Callable[[bool], Any], raw_of: Callable[[A
     return Trial(result=_read(subject, result, raw_of), observed=observed)
 
 
-def _read(subject: Subject, result: Any, raw_of: Callable[[Any], Any]) -> Any:
+def _read(subject: ModelUnderTest, result: Any, raw_of: Callable[[Any], Any]) -> Any:
     infer_output(subject, raw_of(result))
     return result
 
 
-def adopt_structure(subject: Subject, observed: Observed) -> bool:
+def adopt_structure(subject: ModelUnderTest, observed: Observed) -> bool:
     """Every rule's reading of the trial's structure; whether any of them changed a fact (then the recorded
     forward is not the one the checks would make now)."""
     before = settled(subject.facts)
@@ -149,7 +149,7 @@ def _kept(value: Any) -> Any:
     return value if callable(value) else copy.deepcopy(value)
 
 
-def probe_roles(subject: Subject, args: tuple, kwargs: dict) -> dict[int, str]:
+def probe_roles(subject: ModelUnderTest, args: tuple, kwargs: dict) -> dict[int, str]:
     """The identity of each token tensor of a probe's arguments -> its call-plan role (tokens, target_tokens),
     for the observer of the trial forward."""
     roles: dict[int, str] = {}
@@ -161,7 +161,7 @@ def probe_roles(subject: Subject, args: tuple, kwargs: dict) -> dict[int, str]:
     return roles
 
 
-def layouts_to_try(subject: Subject) -> tuple[str, ...]:
+def layouts_to_try(subject: ModelUnderTest) -> tuple[str, ...]:
     """The other layouts of a mask the forward requires, when nothing declares its layout (or the inputs)."""
     facts = subject.facts
     mask = facts.mask
@@ -171,11 +171,11 @@ def layouts_to_try(subject: Subject) -> tuple[str, ...]:
     return SCORE_LAYOUTS
 
 
-def set_mask_layout(subject: Subject, layout: str | None) -> None:
+def set_mask_layout(subject: ModelUnderTest, layout: str | None) -> None:
     subject.facts.mask = dataclasses.replace(mask_spec(subject), layout=layout)
 
 
-def adopt_mask_layout(subject: Subject, layout: str, first_error: str) -> None:
+def adopt_mask_layout(subject: ModelUnderTest, layout: str, first_error: str) -> None:
     """Keep a layout that ran after the (batch, length) one raised, and say so among the assumptions."""
     set_mask_layout(subject, layout)
     mask = mask_spec(subject)
