@@ -18,6 +18,8 @@ from tfcheck.version import __version__  # noqa: E402
 
 def __getattr__(name: str):
     # Lazy so that `pytest --help` (which imports the plugin, which imports this package) stays fast.
+    if name in ("run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain"):
+        from tfcheck.ui import views  # noqa: F401 - registers how what they return prints
     if name in ("run_checks", "assert_checks_pass"):
         from tfcheck import api
 

@@ -18,8 +18,11 @@ def run_checks(model_or_spec: Any, *, only: Iterable[str] | None = None, **decla
 
     The model is left exactly as it was. Bad input raises :class:`tfcheck.UsageError` with what to do.
     """
+    from tfcheck.battery import all_checks
     from tfcheck.engine.runner import load_declared, run_model
+    from tfcheck.ui import views  # noqa: F401 - registers how a report prints
 
+    all_checks()  # the engine runs the battery its front end loads
     return Report([run_model(load_declared(model_or_spec, declarations, "run_checks() argument"), only)])
 
 

@@ -1,6 +1,7 @@
-"""The battery: every check, loaded. Importing ``tfcheck.checks`` imports each check module, which registers
-itself with ``tfcheck.engine.registry``; this loader is the one place that does it, so that the registry
-never imports a check and no check module sits in an import cycle."""
+"""The battery loader, for the front ends (the API, the command line, the pytest plugin, the public shims).
+Importing ``tfcheck.checks`` imports each check module, which registers itself with ``tfcheck.engine.registry``;
+this is the one place that does it. The engine sits below the checks and runs what is registered
+(``registry.battery()``), so the front end that starts a run loads the battery first."""
 from __future__ import annotations
 
 from tfcheck.engine.registry import Check, registered

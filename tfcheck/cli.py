@@ -128,6 +128,7 @@ def _import_the_battery() -> None:
 
 
 def _check(args) -> int:
+    from tfcheck.battery import all_checks
     from tfcheck.engine.runner import load_subject, run_model
     from tfcheck.model.facts import declarations as decl
     from tfcheck.model.facts.project_config import find_pyproject, models_to_run
@@ -136,6 +137,7 @@ def _check(args) -> int:
     from tfcheck.ui.live import progress_line
     from tfcheck.ui.render import render_text
 
+    all_checks()  # the engine runs the battery its front end loads
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
     overrun = args.budget_overrun or ("fail" if args.strict else None)
     if overrun is not None and "budget_overrun" not in cli:  # a --set of it is the more explicit
@@ -226,6 +228,7 @@ def _trace(args) -> int:
     from tfcheck.engine.runner import load_subject
     from tfcheck.model.facts import declarations as decl
     from tfcheck.tools.trace import trace_shapes
+    from tfcheck.ui import views  # noqa: F401 - registers how a trace and an explanation print
     from tfcheck.ui.render import to_string
 
     cli = dict(decl.parse_assignment(text, "--set") for text in args.declarations)
@@ -247,6 +250,7 @@ def _trace(args) -> int:
 
 def _explain(args) -> int:
     from tfcheck.explainers.explanation import explain_error
+    from tfcheck.ui import views  # noqa: F401 - registers how a trace and an explanation print
     from tfcheck.ui.render import to_string
 
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)

@@ -12,7 +12,7 @@ import torch.nn as nn
 import tfcheck
 from tfcheck import Status
 from tfcheck.model.build.small_sizes import hugging_face_values
-from tfcheck.ui import leakmap
+from tfcheck.probe import layer_capture
 
 PADDING, HEADS, SHAPE = "mask.padding", "attention.heads", "shape.contract"
 
@@ -39,7 +39,7 @@ def test_an_embedding_fed_the_tokens_padded_on_the_right_is_perturbed_at_the_tok
     where[0, 4] = True
     calm = model.emb(nn.functional.pad(ids, (0, 3)))
     captured: list[torch.Tensor] = []
-    with leakmap.perturbed_embedding(model, ids, where, seed=0) as perturbed:
+    with layer_capture.perturbed_embedding(model, ids, where, seed=0) as perturbed:
         handle = model.emb.register_forward_hook(lambda mod, args, out: captured.append(out))  # after the perturbation
         model(ids)
         handle.remove()

@@ -12,6 +12,8 @@ import tfcheck
 from helpers import nn_encoder, nn_transformer, result
 from reference_model import broken
 from tfcheck import Status
+from tfcheck.probe import layer_capture
+from tfcheck.report import leak_map
 from tfcheck.ui import leakmap
 
 CAUSAL, PADDING = "mask.causal", "mask.padding"
@@ -176,10 +178,10 @@ def test_leak_map_text_rich_json_and_image(tmp_path):
     wide = result(broken.CausalMaskOffByOne, CAUSAL, probe_len=48, kwargs={"max_len": 64}).findings[0]
     header = wide.evidence["leak_map"].splitlines()[1:3]  # 16 of 48 positions: indices written downwards
     assert [line.strip() for line in header] == ["111222333444", "0369369258148147"]  # 0, 3, ..., 47
-    restored = leakmap.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
+    restored = leak_map.LeakMap.from_evidence(finding.to_dict()["evidence"]["leak_map_data"])
     assert restored.text() == finding.evidence["leak_map"]
     buf = io.StringIO()
-    Console(width=60, file=buf, color_system=None).print(restored.renderable())
+    Console(width=60, file=buf, color_system=None).print(leakmap.leak_map_table(restored))
     assert "q15" in buf.getvalue() and "X" in buf.getvalue()
     report = tfcheck.run_checks(broken.CausalMaskOffByOne, only=[CAUSAL])
     written = leakmap.save_images(report, tmp_path)
@@ -195,7 +197,7 @@ def test_probe_hooks_are_removed_even_when_the_model_raises():
     model = broken.CausalMaskOffByOne()
     tokens = torch.randint(1, 50, (2, 5))
     with pytest.raises(RuntimeError):
-        with leakmap.captured_layers(model, 2), leakmap.perturbed_embedding(model, tokens, tokens > 0, 0):
+        with layer_capture.captured_layers(model, 2), layer_capture.perturbed_embedding(model, tokens, tokens > 0, 0):
             model(tokens[:, :0].float())
     assert all(not m._forward_hooks for m in model.modules())
 

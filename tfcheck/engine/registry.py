@@ -173,3 +173,14 @@ def registered() -> list[Check]:
     """The checks registered so far, in battery order. The registry imports no check (each check imports the
     registry to register itself); ``tfcheck.battery`` loads them all."""
     return sorted(_REGISTRY.values(), key=lambda c: (c.order, c.id))
+
+
+def battery() -> list[Check]:
+    """The battery the engine runs, in battery order: the checks a front end loaded (``tfcheck.battery.all_checks``,
+    called by the API, the command line and the pytest plugin). The engine sits below the checks, so it never
+    loads them itself; it refuses to run none."""
+    checks = registered()
+    if not checks:
+        raise RuntimeError("no tfcheck check is registered: load the battery first (tfcheck.battery.all_checks(), "
+                           "which tfcheck.run_checks, the command line and the pytest plugin call)")
+    return checks

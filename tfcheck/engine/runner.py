@@ -11,14 +11,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tfcheck import progress
-from tfcheck.battery import all_checks
 from tfcheck.engine.budget import DEFAULT_BUDGET_S, BudgetExceeded, time_budget
 from tfcheck.engine.context import CheckContext, ModelRaised
 from tfcheck.engine.guard import Baseline, placed_on, preserved
 from tfcheck.engine.limits import InstrumentationLimit, found_not_applicable, raised_by_the_model
 from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.memory import fit_probes
-from tfcheck.engine.registry import Check, NotApplicable, inconclusive
+from tfcheck.engine.registry import Check, NotApplicable, battery, inconclusive
 from tfcheck.engine.symptoms import symptom_checks
 from tfcheck.errors import DeclarationError, SpecError, UsageError
 from tfcheck.model.build.deferred_torch import deferred_torch_imports
@@ -39,7 +38,7 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
     """The checks that apply to the subject (by kind and by each check's own ``applies``), in battery order.
     Those that do not apply are noted once among the subject's assumptions, with the reason."""
     checks = []
-    for chk in all_checks():
+    for chk in battery():
         why_not = chk.not_applicable(subject)
         if why_not is None:
             checks.append(chk)
@@ -48,7 +47,7 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
             subject.assumptions.append(Assumption(NotApplicable.PREFIX, chk.id, why_not.reason))
     if only is not None:
         wanted = set(only)
-        known = {c.id for c in all_checks()}
+        known = {c.id for c in battery()}
         unknown = wanted - known
         if unknown:
             raise UsageError(f"unknown check id(s) {', '.join(sorted(unknown))}; checks are: "
@@ -59,7 +58,7 @@ def applicable_checks(subject: Subject, only: Iterable[str] | None = None) -> li
 
 
 def _validate_accept(subject: Subject) -> None:
-    known = {c.id for c in all_checks()}
+    known = {c.id for c in battery()}
     unknown = set(subject.accepted) - known
     if unknown:
         raise DeclarationError(
@@ -105,7 +104,7 @@ class Runner:
 
     def smoke(self) -> CheckResult:
         if self._smoke is None:
-            self._smoke = run_check(self.subject, next(c for c in all_checks() if c.id == SMOKE))
+            self._smoke = run_check(self.subject, next(c for c in battery() if c.id == SMOKE))
         return self._smoke
 
 
@@ -127,7 +126,7 @@ def run_model(subject: Subject, only: Iterable[str] | None = None) -> ModelRepor
         if why is not None:
             del done[chk_id]
             subject.assumptions.append(Assumption(NotApplicable.PREFIX, chk_id, why))
-    results = [done[c.id] for c in all_checks() if c.id in done]
+    results = [done[c.id] for c in battery() if c.id in done]
     return root_cause.link(ModelReport(subject.spec, assumptions=subject.reported_assumptions(), results=results),
                            symptom_checks())
 
@@ -137,7 +136,7 @@ def may_apply_after_trial(subject: Subject, applicable: list[Check]) -> list[Che
     may settle (mask=internal from the mask-building code, causal from a look-ahead mask it builds): they may
     apply after it. The pytest plugin collects them as items, skipped with the reason if they still do not."""
     now = {c.id for c in applicable}
-    return [c for c in all_checks() if c.id not in now and c.applies_to(subject.kind)
+    return [c for c in battery() if c.id not in now and c.applies_to(subject.kind)
             and facts_read_by(c, subject) & SETTLED_BY_TRIAL]
 
 
@@ -167,7 +166,7 @@ def applicable_checks_after_trial(subject: Subject, only: Iterable[str] | None) 
     if trial is None or not trial.ran:
         return []
     wanted = set(only) if only is not None else None
-    return [c for c in all_checks() if (wanted is None or c.id in wanted) and c.not_applicable(subject) is None]
+    return [c for c in battery() if (wanted is None or c.id in wanted) and c.not_applicable(subject) is None]
 
 
 def blocked(chk: Check, smoke: CheckResult, fail: bool = False) -> CheckResult:

@@ -4,12 +4,12 @@ finding on the same line explains (tfcheck.report.root_cause); read from where e
 in those families needs no list to be kept."""
 from __future__ import annotations
 
-from tfcheck.battery import all_checks
+from tfcheck.engine.registry import battery
 
 #: The check packages whose findings are symptoms.
 SYMPTOM_FAMILIES = ("tfcheck.checks.flow.", "tfcheck.checks.mask.")
 
 
 def symptom_checks() -> frozenset[str]:
-    return frozenset(c.id for c in all_checks()
+    return frozenset(c.id for c in battery()
                      if c.func.__module__.startswith(SYMPTOM_FAMILIES) or c.group == "training")

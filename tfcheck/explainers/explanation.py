@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tfcheck.display import rich_view, text_view
 from tfcheck.errors import UsageError
 from tfcheck.explainers.diagnosers import Diagnosis, Scene, diagnose
 from tfcheck.frames import innermost_user_frame, short_path
 from tfcheck.model.build.byte_sizes import parse_bytes
 from tfcheck.recording.module_stack import ModuleStack
-from tfcheck.report import table
 from tfcheck.report.findings import Location, to_jsonable
 
 GENERIC_ROW = "forward-fails"
@@ -50,30 +50,10 @@ class Explanation:
                 "evidence": to_jsonable(self.evidence)}
 
     def __rich__(self):
-        from rich.text import Text
-        from rich.tree import Tree
-
-        from tfcheck.ui.render import row_view
-
-        node = Tree(Text(self.message, style="bold"))
-        if not self.matched:
-            node.add(Text("no troubleshooting row matches this error (`tfcheck table` lists the known ones)"))
-        if self.location.module is not None or self.location.file:
-            node.add(Text(f"where: {self.location}"))
-        for item in self.look_at:
-            node.add(Text(f"look at: {item}"))
-        if not self.matched:  # the generic row would read as a diagnosis it is not
-            return node
-        node.add(row_view(table.row(self.row)))
-        for row_id in self.also:
-            # Only the headline: the likeliest row is shown in full, the others are where to read on.
-            node.add(Text.assemble(("see also ", "dim"), (f"[{row_id}] ", "bold"), table.row(row_id).symptom))
-        return node
+        return rich_view(self)
 
     def __str__(self) -> str:
-        from tfcheck.ui.render import to_string
-
-        return to_string(self, width=100).rstrip("\n")
+        return text_view(self)
 
 
 def exception_text(exc: BaseException) -> str:

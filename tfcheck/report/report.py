@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcheck.display import rich_view, text_view
 from tfcheck.report.findings import Finding, to_jsonable
 from tfcheck.report.status import Status, worst
 from tfcheck.report.verdict import Verdict, verdict
@@ -161,9 +162,7 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def __str__(self) -> str:
-        from tfcheck.ui.render import render_text
-
-        return render_text(self)
+        return text_view(self)
 
     def __repr__(self) -> str:
         """One line, whatever the number of models: ``<Report reference_model:TransformerLM: PASS 20 passed,
@@ -179,11 +178,7 @@ class Report:
         return f"<Report {self.status.value.upper()}, {len(lines)} models: {shown}>"
 
     def __rich__(self):
-        from rich.text import Text
-
-        from tfcheck.ui.render import render_text
-
-        return Text.from_ansi(render_text(self, color=True).rstrip("\n"))
+        return rich_view(self)
 
     def _repr_html_(self) -> str:  # a notebook shows the text report
         import html

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from tfcheck.display import rich_view, text_view
 from tfcheck.errors import UsageError
 from tfcheck.model.build.user_code import user_code
 from tfcheck.model.trial.trial import layouts_to_try
@@ -147,14 +148,10 @@ class Trace:
         return json.dumps(self.to_dict(), indent=indent)
 
     def __rich__(self):
-        from tfcheck.ui.render_trace import trace_tree
-
-        return trace_tree(self)
+        return rich_view(self)
 
     def __str__(self) -> str:
-        from tfcheck.ui.render import to_string
-
-        return to_string(self, width=120)
+        return text_view(self)
 
     def __repr__(self) -> str:
         """One line (the tree of a large model is thousands): ``<Trace TransformerLM: 37 calls, 23,653 parameters

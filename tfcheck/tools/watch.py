@@ -27,6 +27,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from tfcheck.display import rich_view
 from tfcheck.errors import TfcheckError, UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.frames import is_user_frame, short_path
@@ -108,15 +109,7 @@ class NonFinite:
         return self.message
 
     def __rich__(self):
-        from rich.text import Text
-        from rich.tree import Tree
-
-        from tfcheck.report import table
-        from tfcheck.ui.render import row_view
-
-        node = Tree(Text(self.message, style="bold"))
-        node.add(row_view(table.row(self.row)))
-        return node
+        return rich_view(self)
 
 
 class Watch:

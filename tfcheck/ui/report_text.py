@@ -144,9 +144,10 @@ def _evidence_lines(f: Finding) -> list:
     if "traceback" in f.evidence:
         lines.append(Text(str(f.evidence["traceback"]), style="dim"))
     if "leak_map_data" in f.evidence:  # drawn as a coloured query x key table, not printed as data
-        from tfcheck.ui.leakmap import LeakMap
+        from tfcheck.report.leak_map import LeakMap
+        from tfcheck.ui.leakmap import leak_map_table
 
-        lines.append(LeakMap.from_evidence(f.evidence["leak_map_data"]).renderable())
+        lines.append(leak_map_table(LeakMap.from_evidence(f.evidence["leak_map_data"])))
     return lines
 
 

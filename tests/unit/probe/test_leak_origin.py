@@ -64,7 +64,7 @@ def test_a_torch_nn_models_ops_are_the_models_and_a_probe_hooks_ops_are_tfchecks
     # probe's hook adds to an embedding is tfcheck's, whatever line the model called the embedding from.
     from tfcheck.engine.context import CheckContext
     from tfcheck.engine.runner import load_subject
-    from tfcheck.ui import leakmap
+    from tfcheck.probe import layer_capture
 
     layer = nn.TransformerEncoderLayer(D, H, 16, dropout=0.0, batch_first=True)
     ctx = CheckContext(load_subject(nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)))
@@ -74,7 +74,7 @@ def test_a_torch_nn_models_ops_are_the_models_and_a_probe_hooks_ops_are_tfchecks
 
     embed = nn.Embedding(11, D)
     tokens = torch.randint(0, 11, (2, N))
-    with Recorder(embed, aten=False) as recorder, leakmap.perturbed_embedding(embed, tokens, tokens > 5, 0):
+    with Recorder(embed, aten=False) as recorder, layer_capture.perturbed_embedding(embed, tokens, tokens > 5, 0):
         embed(tokens)
     made = {e.short_name: e.by_tfcheck for e in recorder.recording.ops if e.level == "function"}
     assert made["embedding"] is False and made["randn"] is True

@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from tfcheck.report.findings import Finding
+from tfcheck.report.leak_map import LeakMap, evidence_of
 from tfcheck.report.report import CheckResult, ModelReport, Report
 from tfcheck.report.status import Status
-from tfcheck.ui.leakmap import LeakMap, evidence_of, file_slug, save_images
+from tfcheck.ui.leakmap import file_slug, save_images
 
 
 def leaking(spec: str) -> ModelReport:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from tfcheck.model.inputs import with_torch_causal_mask
-from tfcheck.probe import flow
+from tfcheck.probe import flow, layer_capture
 from tfcheck.tools import shrinking
-from tfcheck.ui import leakmap
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class CausalProperty(shrinking.Property):
         other_out = runs.output(
             ("causal", ex), *self._inputs(subject, other, source),
             f"a forward at batch {ex.batch}, length {ex.length} with position {ex.position} changed",
-            during=lambda: leakmap.perturbed_embedding(subject.model, other, where, ex.seed))
+            during=lambda: layer_capture.perturbed_embedding(subject.model, other, where, ex.seed))
         if base_out.dim() < 2 or tuple(base_out.shape[:2]) != (ex.batch, ex.length) \
                 or other_out.shape != base_out.shape:
             return None

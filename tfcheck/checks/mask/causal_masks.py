@@ -11,15 +11,12 @@ scores it meets: the structure of the forward, never the output a check measures
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from tfcheck.model.trial.mask_uses import ADDS, BLOCKING
 from tfcheck.probe.attention_sites import PRODUCTS, SOFTMAXES
-
-if TYPE_CHECKING:
-    from tfcheck.checks.mask.causal_trace import CausalTrace, Node
 
 _FILLS = frozenset({"masked_fill", "masked_fill_"})
 _SUBS = frozenset({"sub", "__sub__", "sub_", "__isub__"})
@@ -61,6 +58,54 @@ class Site:
     @property
     def module(self) -> str:
         return self.node.module
+
+
+@dataclass(eq=False)
+class Node:
+    """The op that made a tensor of the recorded forward, and the nodes of its tensor inputs."""
+
+    index: int
+    op: str
+    file: str | None  # the user's line (the innermost frame of the user's code)
+    line: int | None
+    module: str
+    parents: tuple[Node | None, ...]  # None: a tensor made before the forward (a buffer) or given to it
+    sources: tuple[str | None, ...]  # for a None parent: "buffer 'bias'", "argument 'tgt_mask'", or None
+    shape: tuple[int, ...]
+    floating: bool
+    own: tuple[str | None, int | None] = (None, None)  # the line in a method of one of the model's modules
+    masky: bool = False  # could be (part of) a mask: not floating, or laid out (length, length) / (length, 1)
+    scores: bool = False  # attention scores: a product of activations with (length, length) last axes
+    weights: Site | None = None  # attention weights of that site (a softmax output, or carried on)
+    applied: Applied | None = None  # this op applies a mask to scores or weights
+
+    @property
+    def where(self) -> tuple[str | None, int | None]:
+        return self.file, self.line
+
+    def lineage(self, through: str = "masky", limit: int = 200) -> list[Node]:
+        """This node and the ones it was made from that are still a mask (``through="masky"``) or still the
+        scores (``"scores"``), nearest first, each once: never the hidden states, so never another layer's."""
+        seen: list[Node] = []
+        todo: list[Node] = [self]
+        while todo and len(seen) < limit:
+            node = todo.pop(0)
+            if any(node is s for s in seen):
+                continue
+            seen.append(node)
+            todo.extend(p for p in node.parents if p is not None and getattr(p, through))
+        return seen
+
+
+class CausalTrace(Protocol):
+    """What the reader asks of the trace that feeds it (``causal_trace.CausalTrace``): which node made a tensor,
+    what a tensor made before the forward is, and the leaking layer's own line running now."""
+
+    def node_of(self, t: torch.Tensor) -> Node | None: ...
+
+    def source_of(self, t: torch.Tensor) -> str | None: ...
+
+    def layer_line(self) -> tuple[str | None, int | None]: ...
 
 
 class MaskReader:

@@ -19,55 +19,16 @@ import sys
 import weakref
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from tfcheck.checks.mask.causal_masks import MaskReader, Node, Site
 from tfcheck.frames import is_user_frame
 from tfcheck.probe.leak_origin import Perturbation
 from tfcheck.recording.recorder import OpEvent, tensors_in
 
-if TYPE_CHECKING:
-    from tfcheck.checks.mask.causal_masks import Applied, MaskReader, Site
-
 _STATISTICS = frozenset({"mean", "var", "std", "sum", "amax", "max", "norm", "var_mean", "std_mean", "cumsum"})
-
-
-@dataclass(eq=False)
-class Node:
-    """The op that made a tensor of the recorded forward, and the nodes of its tensor inputs."""
-
-    index: int
-    op: str
-    file: str | None  # the user's line (the innermost frame of the user's code)
-    line: int | None
-    module: str
-    parents: tuple[Node | None, ...]  # None: a tensor made before the forward (a buffer) or given to it
-    sources: tuple[str | None, ...]  # for a None parent: "buffer 'bias'", "argument 'tgt_mask'", or None
-    shape: tuple[int, ...]
-    floating: bool
-    own: tuple[str | None, int | None] = (None, None)  # the line in a method of one of the model's modules
-    masky: bool = False  # could be (part of) a mask: not floating, or laid out (length, length) / (length, 1)
-    scores: bool = False  # attention scores: a product of activations with (length, length) last axes
-    weights: Site | None = None  # attention weights of that site (a softmax output, or carried on)
-    applied: Applied | None = None  # this op applies a mask to scores or weights
-
-    @property
-    def where(self) -> tuple[str | None, int | None]:
-        return self.file, self.line
-
-    def lineage(self, through: str = "masky", limit: int = 200) -> list[Node]:
-        """This node and the ones it was made from that are still a mask (``through="masky"``) or still the
-        scores (``"scores"``), nearest first, each once: never the hidden states, so never another layer's."""
-        seen: list[Node] = []
-        todo: list[Node] = [self]
-        while todo and len(seen) < limit:
-            node = todo.pop(0)
-            if any(node is s for s in seen):
-                continue
-            seen.append(node)
-            todo.extend(p for p in node.parents if p is not None and getattr(p, through))
-        return seen
 
 
 @dataclass

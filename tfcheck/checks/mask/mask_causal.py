@@ -31,12 +31,12 @@ from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.frames import short_path
 from tfcheck.model.facts.structure import takes_torch_tgt_mask
 from tfcheck.model.inputs import PROBE_LENGTH, with_torch_causal_mask
-from tfcheck.probe import flow
+from tfcheck.probe import flow, layer_capture
 from tfcheck.probe.attention_view import visible_attention
+from tfcheck.report import leak_map
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 from tfcheck.tools import shrinking
-from tfcheck.ui import leakmap
 
 ID = "mask.causal"
 #: Lengths of the verdict: the standard probe length, and 16, whose leak map is the one shown (at most 16 rows, so
@@ -189,8 +189,8 @@ def _measure(ctx, n: int, seed: int) -> Measurement | Finding:
     sequence, where = _perturbed_sequence(ctx, n, seed)
     rows = sequence.shape[0]
     args, kwargs = _inputs(subject, sequence, seed)
-    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
-            leakmap.perturbed_embedding(subject.model, sequence, where, seed):
+    with layer_capture.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
+            layer_capture.perturbed_embedding(subject.model, sequence, where, seed):
         probe = ctx.run(args, kwargs, f"a length-{n} sequence and {rows - 1} copies with one position changed")
     out = probe.output
     if out.dim() < 2 or tuple(out.shape[:2]) != (rows, n):
@@ -234,7 +234,7 @@ def _trace(ctx, m: Measurement) -> CausalTrace:
     args, kwargs = _inputs(subject, sequence, n)
     given = {id(v): f"argument '{k}'" for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
     trace = CausalTrace(subject.model, n, perturbed_positions(n), m.first_layer, MaskReader(n), given)
-    with visible_attention(), leakmap.perturbed_embedding(subject.model, sequence, where, n):
+    with visible_attention(), layer_capture.perturbed_embedding(subject.model, sequence, where, n):
         ctx.record(args, kwargs, f"a recorded forward of the length-{n} probe (where the leak first appears, and "
                                  "the mask that reaches the scores)", on_op=trace.on_op)
     return trace
@@ -252,14 +252,14 @@ def _diagnosis(ctx, m: Measurement) -> tuple[str, Diagnosis]:
 
 # ----- findings -------------------------------------------------------------------------------------
 
-def _leak_map(m: Measurement) -> leakmap.LeakMap:
+def _leak_map(m: Measurement) -> leak_map.LeakMap:
     """The map over the perturbed positions (columns) and the outputs at them and just before them (rows)."""
     n = m.length
     columns = perturbed_positions(n)
     rows = sorted({q for k in columns for q in (k - 1, k) if q >= 0}) if n > MAX_PERTURBED else list(range(n))
     roles = [["forbidden" if k > q else "allowed" for k in columns] for q in rows]
     values = m.output_map[rows][:, columns].tolist()
-    return leakmap.LeakMap("causal", f"output position (row) x perturbed position (column), length {n}",
+    return leak_map.LeakMap("causal", f"output position (row) x perturbed position (column), length {n}",
                            [f"q{q}" for q in rows], [f"k{k}" for k in columns], values, roles, m.tolerance)
 
 
@@ -338,7 +338,7 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
     if m.non_finite_positions:
         where += (f" The output is not finite at positions {m.non_finite_positions} (marked ?), which hides "
                   "changes there.")
-    location, related, line_sentence = _location(m, found, leakmap.layer_modules(subject.model))
+    location, related, line_sentence = _location(m, found, layer_capture.layer_modules(subject.model))
     if found.op is not None:
         op = found.op
         elsewhere = op["file"] and (op["file"], op["line"]) != (location.file, location.line)
@@ -348,7 +348,7 @@ def _leak_finding(ctx, m: Measurement, measures: list[Measurement]) -> Finding:
                f"{where}{line_sentence}")
     evidence = {**m.judgement.evidence(), **_evidence(subject, measures), "pattern": pattern,
                 "first_leaking_layer": m.first_layer, "layers": m.layers, "largest_leak_at": {"query": q, "key": k},
-                **leakmap.evidence_of(lm)}
+                **leak_map.evidence_of(lm)}
     if found.op is not None:
         evidence["op"] = dict(found.op)
     if found.mask is not None:
@@ -374,7 +374,7 @@ def _diagonal_masked(ctx, m: Measurement, measures: list[Measurement]) -> Findin
     if found.pattern != "diagonal masked":
         return None
     row, meaning = describe(found.pattern)
-    location, related, line_sentence = _location(m, found, leakmap.layer_modules(ctx.subject.model))
+    location, related, line_sentence = _location(m, found, layer_capture.layer_modules(ctx.subject.model))
     message = (f"causal mask wrong ({found.pattern}): {meaning}. At length {m.length} the output is not finite at "
                f"positions {m.non_finite_positions}, so what they depend on cannot be measured, and the mask that "
                f"reaches the attention scores blocks every position's own key.{line_sentence}")

@@ -20,13 +20,13 @@ from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_
 from tfcheck.checks.mask.unused_mask import said_unused
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.model.facts.lengths import sequence_pooling
-from tfcheck.probe import flow
+from tfcheck.probe import flow, layer_capture
 from tfcheck.probe.leak_origin import LeakOrigin, Perturbation
 from tfcheck.probe.padding_trace import PaddingTrace, blame
+from tfcheck.report import leak_map
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 from tfcheck.tools import shrinking
-from tfcheck.ui import leakmap
 
 ID = "mask.padding"
 LENGTH = 10
@@ -153,8 +153,8 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     embedding_where[SAMPLES:2 * SAMPLES] = pads
     target = _target(subject, n, rows, gen)
     args, kwargs = padded_inputs(subject, primary, target, masks)
-    with leakmap.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
-            leakmap.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
+    with layer_capture.captured_layers(subject.model, rows, seq_first=subject.facts.batch_first is False) as layers, \
+            layer_capture.perturbed_embedding(subject.model, primary, embedding_where, seed) as perturbed:
         probe = ctx.run(args, kwargs, f"{SAMPLES} padded samples of length {n}, their pads changed, a real token "
                                       "changed")
     out = probe.output
@@ -221,7 +221,7 @@ def _right_padding_equivalence(ctx, base, keep, target, padded_out, padded_layer
     subject = ctx.subject
     length = int(keep[2].sum())
     args, kwargs = subject.inputs_for(base[2:3, :length], None if target is None else target[:1])
-    with leakmap.captured_layers(subject.model, 1, seq_first=subject.facts.batch_first is False) as layers:
+    with layer_capture.captured_layers(subject.model, 1, seq_first=subject.facts.batch_first is False) as layers:
         out = ctx.run(args, kwargs, f"the right-padded sample unpadded (length {length})").output
     reference = padded_out[2:3] if target is not None else padded_out[2:3, :length]
     if tuple(out.shape) != tuple(reference.shape):
@@ -289,11 +289,11 @@ def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change:
     return ev
 
 
-def _leak_map(m: _Measured, leak_change: torch.Tensor) -> leakmap.LeakMap:
+def _leak_map(m: _Measured, leak_change: torch.Tensor) -> leak_map.LeakMap:
     roles = [["real" if r else "pad" for r in row] for row in _real_outputs(m).tolist()]
     title = ("decoder output position per sample (source padded as shown in 'layout')" if m.seq2seq
              else "output position per sample")
-    return leakmap.LeakMap("padding", title, [f"sample {i}" for i in range(SAMPLES)],
+    return leak_map.LeakMap("padding", title, [f"sample {i}" for i in range(SAMPLES)],
                            [f"p{j}" for j in range(leak_change.shape[1])], leak_change.tolist(), roles, m.tolerance)
 
 
@@ -345,7 +345,7 @@ def _recorded(ctx, m: _Measured) -> tuple[str | None, PaddingTrace, LeakOrigin, 
         for observe in (on_op, trace.on_op, origin, mixers.on_op):
             observe(event, op_args, op_kwargs, out)
 
-    with trace.hooks(), leakmap.perturbed_embedding(subject.model, rows, pads_of_copies, 25):
+    with trace.hooks(), layer_capture.perturbed_embedding(subject.model, rows, pads_of_copies, 25):
         ctx.record(args, kwargs, f"a recorded forward of {SAMPLES} padded samples and their copies with other pads",
                    on_op=all_three)
     # a mask on both axes (pads neither attend nor are attended) is no query-axis mistake
@@ -368,7 +368,7 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
     message = (f"padding leak ({pattern}): {meaning}. When only padded positions changed, {what} (tolerance "
                f"{m.tolerance:.3g}); {lm.leaks} real outputs changed. Why this pattern: {basis}.")
     evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, "first_leaking_layer": m.first_layer,
-                **leakmap.evidence_of(lm)}
+                **leak_map.evidence_of(lm)}
     found = blame(trace, m.first_layer or "", WRONG.get(pattern))
     location, related = found.location, found.related
     born = origin.first

@@ -14,9 +14,8 @@ import torch
 from tfcheck.frames import short_path
 from tfcheck.model.inputs import with_memory_padding_mask
 from tfcheck.model.trial.observed import COMPARISONS
-from tfcheck.probe import flow
+from tfcheck.probe import flow, layer_capture
 from tfcheck.tools import shrinking
-from tfcheck.ui import leakmap
 
 
 def padded_inputs(subject, primary, target, keep) -> tuple[tuple, dict]:
@@ -166,7 +165,7 @@ class PaddingProperty(shrinking.Property):
         base_out = runs.output(("padding", ex), *padded_inputs(subject, base, target, keep), what)
         other_out = runs.output(("padding-changed", ex), *padded_inputs(subject, other, target, keep),
                                 f"{what}, their pads changed",
-                                during=lambda: leakmap.perturbed_embedding(subject.model, other, ~keep, ex.seed))
+                                during=lambda: layer_capture.perturbed_embedding(subject.model, other, ~keep, ex.seed))
         out_len = ex.length if target is None else target.shape[1]
         if base_out.dim() < 2 or tuple(base_out.shape[:2]) != (ex.batch, out_len) or other_out.shape != base_out.shape:
             return None
