@@ -1,16 +1,17 @@
-"""The import rules of the layered package (docs/architecture.md), read from the source with ``ast``:
+"""The import rules of the layered package (docs/architecture.md), read from the source with ``ast``. Every import
+counts: at module level, inside a function, and under ``if TYPE_CHECKING:`` (a type-only import is still a
+dependency of the code that reads it).
 
-- no import cycle between tfcheck's modules, function-local imports included (imports under
-  ``if TYPE_CHECKING:`` are ignored: they never run);
+- no module imports a layer above its own (``LAYERS``, lowest first);
+- no import cycle between tfcheck's modules, nor between its packages;
 - no module imports another's ``_private`` name (``from tfcheck.x import _y``, or ``x._y`` where ``x`` is an
   imported tfcheck module);
 - no ``importlib.import_module("tfcheck...")`` / ``__import__("tfcheck...")``: the only dynamic import is the
   battery loader, ``tfcheck/checks/__init__.py``, whose edges go to every module under ``tfcheck/checks/``;
 - every import of ``tfcheck.something`` names a module that exists.
 
-One exception, an allow-list of exactly one pattern: the display dunders ``__str__``, ``__rich__`` and
-``__repr__`` of classes in ``tfcheck/report/`` and ``tfcheck/explainers/`` may import from ``tfcheck.ui``
-inside their body (the data knows how it is shown without importing the views when it is imported).
+There is no exemption: data prints itself through ``tfcheck.display``, whose views ``tfcheck.ui.views``
+registers, and the battery is loaded by the front ends (``tfcheck.battery``), never by the engine.
 
 Importing ``tfcheck.a.b`` is an edge to the module ``tfcheck.a.b`` only, not to the package ``__init__`` files
 above it (Python runs them too, but counting them would make false cycles through every re-exporting
@@ -28,11 +29,29 @@ import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "tfcheck"
 
-DISPLAY_DUNDERS = frozenset({"__str__", "__rich__", "__repr__"})
-#: subpackages whose display dunders may import the views (``ui``) lazily
-DISPLAY_PACKAGES = ("report", "explainers")
-VIEWS = "ui"
 BATTERY = "checks"
+
+#: The layers, lowest first: a module may import its own layer and those below, never one above. A module belongs
+#: to the layer of the longest prefix naming it. The model layer is itself in stages (build < facts < inputs <
+#: trial < subject): each stage is typed against ``model.facts.under_test.ModelUnderTest``, never the Subject.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base", ("errors", "version", "frames", "progress", "display")),
+    ("report", ("report",)),
+    ("recording", ("recording",)),
+    ("model.build", ("model", "model.build", "model.strategies")),
+    ("model.facts", ("model.facts",)),
+    ("model.inputs", ("model.inputs",)),
+    ("model.trial", ("model.trial",)),
+    ("model.subject", ("model.subject",)),
+    ("probe", ("probe",)),
+    ("explainers", ("explainers",)),
+    ("engine", ("engine",)),
+    ("tools", ("tools",)),
+    ("checks", ("checks",)),
+    ("ui", ("ui",)),
+    ("front ends", ("", "__main__", "api", "battery", "cli", "plugin", "pytest_plugin",
+                    "flow", "leakmap", "recorded_probe", "registry", "shrinking", "strategies", "training")),
+)
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
 
@@ -44,9 +63,11 @@ class Edge:
     line: int
     local: bool  # inside a function body
     how: str  # the statement, as written (roughly)
+    type_only: bool = False  # under ``if TYPE_CHECKING:``
 
     def site(self) -> str:
-        return f"{self.file}:{self.line}{' (inside a function)' if self.local else ''}: {self.how}"
+        where = " (inside a function)" if self.local else " (type-only)" if self.type_only else ""
+        return f"{self.file}:{self.line}{where}: {self.how}"
 
 
 @dataclass
@@ -54,8 +75,6 @@ class Graph:
     package: str
     modules: dict[str, Path]
     edges: list[Edge] = field(default_factory=list)
-    #: edges of the allowed pattern (a display dunder importing the views), kept out of ``edges``
-    allowed: list[Edge] = field(default_factory=list)
     private: list[str] = field(default_factory=list)
     dynamic: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
@@ -120,8 +139,6 @@ class _ModuleScan:
         self.is_package = path.name == "__init__.py"
         #: local name -> tfcheck module it is bound to by an import
         self.aliases: dict[str, str] = {}
-        sub = name.split(".")[1] if name.count(".") >= 1 else ""
-        self.may_import_views_in_dunders = sub in DISPLAY_PACKAGES
 
     # -- resolution
 
@@ -140,23 +157,18 @@ class _ModuleScan:
     def _ours(self, module: str | None) -> bool:
         return module is not None and (module == self.package or module.startswith(self.package + "."))
 
-    def _add(self, target: str, node: ast.AST, local: bool, dunder: bool, how: str) -> None:
+    def _add(self, target: str, node: ast.AST, local: bool, type_only: bool, how: str) -> None:
         if target not in self.graph.modules:
             self.graph.unresolved.append(f"{self.rel}:{node.lineno}: {how} (no module {target} in the package)")
             return
         if target == self.name:
             return
-        edge = Edge(self.name, target, self.rel, node.lineno, local, how)
-        if dunder and self.may_import_views_in_dunders and \
-                (target == f"{self.package}.{VIEWS}" or target.startswith(f"{self.package}.{VIEWS}.")):
-            self.graph.allowed.append(edge)
-        else:
-            self.graph.edges.append(edge)
+        self.graph.edges.append(Edge(self.name, target, self.rel, node.lineno, local, how, type_only))
 
     # -- the walk
 
     def scan(self, tree: ast.Module) -> None:
-        self._walk(tree.body, local=False, dunder=False)
+        self._walk(tree.body, local=False, type_only=False)
         self._attributes(tree)
         if self.name == f"{self.package}.{BATTERY}":  # the battery loader: every check module, dynamically
             calls = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and
@@ -166,49 +178,50 @@ class _ModuleScan:
                     self.graph.edges.append(Edge(self.name, target, self.rel, min(calls, default=1), False,
                                                  f"the battery loader imports {target}"))
 
-    def _walk(self, body: list[ast.stmt], local: bool, dunder: bool, in_class: bool = False) -> None:
+    def _walk(self, body: list[ast.stmt], local: bool, type_only: bool) -> None:
         for node in body:
-            self._statement(node, local, dunder, in_class)
+            self._statement(node, local, type_only)
 
-    def _statement(self, node: ast.AST, local: bool, dunder: bool, in_class: bool) -> None:
+    def _statement(self, node: ast.AST, local: bool, type_only: bool) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            self._walk(node.orelse, local, dunder)  # the body never runs
+            self._walk(node.body, local, type_only=True)  # never runs, yet the code it types depends on it
+            self._walk(node.orelse, local, type_only)
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for expr in [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]:
                 if expr is not None:
-                    self._expressions(expr, local, dunder)
-            self._walk(node.body, local=True, dunder=dunder or (in_class and node.name in DISPLAY_DUNDERS))
+                    self._expressions(expr, local, type_only)
+            self._walk(node.body, local=True, type_only=type_only)
             return
         if isinstance(node, ast.ClassDef):
             for expr in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
-                self._expressions(expr, local, dunder)
-            self._walk(node.body, local, dunder, in_class=True)
+                self._expressions(expr, local, type_only)
+            self._walk(node.body, local, type_only)
             return
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if self._ours(alias.name):
-                    self._add(alias.name, node, local, dunder, f"import {alias.name}")
+                    self._add(alias.name, node, local, type_only, f"import {alias.name}")
                     if alias.asname:
                         self.aliases[alias.asname] = alias.name
             return
         if isinstance(node, ast.ImportFrom):
-            self._import_from(node, local, dunder)
+            self._import_from(node, local, type_only)
             return
         # any other statement: its expressions (dynamic imports), then nested statement bodies
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
-                self._statement(child, local, dunder, in_class=False)
+                self._statement(child, local, type_only)
             elif isinstance(child, ast.excepthandler):
-                self._walk(child.body, local, dunder)
+                self._walk(child.body, local, type_only)
             elif isinstance(child, ast.match_case):
-                self._walk(child.body, local, dunder)
+                self._walk(child.body, local, type_only)
             elif isinstance(child, ast.withitem):
-                self._expressions(child.context_expr, local, dunder)
+                self._expressions(child.context_expr, local, type_only)
             elif isinstance(child, ast.expr):
-                self._expressions(child, local, dunder)
+                self._expressions(child, local, type_only)
 
-    def _import_from(self, node: ast.ImportFrom, local: bool, dunder: bool) -> None:
+    def _import_from(self, node: ast.ImportFrom, local: bool, type_only: bool) -> None:
         base = self._absolute(node.module, node.level)
         if not self._ours(base):
             return
@@ -218,14 +231,14 @@ class _ModuleScan:
             how = f"from {dots}{node.module or ''} import {alias.name}"
             submodule = f"{base}.{alias.name}"
             if alias.name != "*" and submodule in self.graph.modules:
-                self._add(submodule, node, local, dunder, how)
+                self._add(submodule, node, local, type_only, how)
                 self.aliases[alias.asname or alias.name] = submodule
             else:
-                self._add(base, node, local, dunder, how)
+                self._add(base, node, local, type_only, how)
             if _is_private(alias.name):
                 self.graph.private.append(f"{self.rel}:{node.lineno}: {how} (a private name of {base})")
 
-    def _expressions(self, expr: ast.AST, local: bool, dunder: bool) -> None:
+    def _expressions(self, expr: ast.AST, local: bool, type_only: bool) -> None:
         """importlib.import_module / __import__ of one of the package's modules."""
         for node in ast.walk(expr):
             if not isinstance(node, ast.Call):
@@ -242,7 +255,7 @@ class _ModuleScan:
             if self.name != f"{self.package}.{BATTERY}":
                 self.graph.dynamic.append(f"{self.rel}:{node.lineno}: {how}")
             if isinstance(arg, ast.Constant):
-                self._add(text, node, local, dunder, how)
+                self._add(text, node, local, type_only, how)
 
     def _attributes(self, tree: ast.Module) -> None:
         """``x._y`` where ``x`` is an imported tfcheck module (``import tfcheck.a as x``, ``from tfcheck import a``,
@@ -369,6 +382,52 @@ def cycle_report(graph: Graph) -> list[str]:
     return out
 
 
+def layer_of(module: str, package: str = "tfcheck") -> tuple[int, str]:
+    """(rank, name) of the layer ``module`` belongs to: the longest prefix of ``LAYERS`` naming it."""
+    inner = module.removeprefix(package).removeprefix(".")
+    best: tuple[int, int, str] | None = None
+    for rank, (name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if inner == prefix or (prefix and inner.startswith(prefix + ".")) or (not prefix and inner == ""):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), rank, name)
+    if best is None:
+        raise KeyError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+    return best[1], best[2]
+
+
+def upward_imports(graph: Graph) -> list[str]:
+    """Each import of a layer above the importer's own, with its statement."""
+    out = []
+    for e in sorted(graph.edges, key=lambda e: (e.file, e.line)):
+        (low, below), (high, above) = layer_of(e.source, graph.package), layer_of(e.target, graph.package)
+        if high > low:
+            out.append(f"{e.site()}  ({below} imports {above}, a layer above it)")
+    return out
+
+
+def package_of(module: str, modules: dict[str, Path]) -> str:
+    """The package a module lives in (a package's ``__init__`` is its own package). A module beside subpackages is
+    a node of its own: at the root, everything imports ``errors`` and the front ends import everything; in
+    ``model/``, ``inputs`` sits between the facts and the trial stage and ``subject`` above every stage."""
+    if modules[module].name == "__init__.py":
+        return module
+    parent = module.rpartition(".")[0]
+    has_subpackages = any(m.startswith(parent + ".") and modules[m].name == "__init__.py" for m in modules)
+    return module if has_subpackages else parent
+
+
+def package_successors(graph: Graph) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for e in graph.edges:
+        a, b = package_of(e.source, graph.modules), package_of(e.target, graph.modules)
+        out.setdefault(a, set())
+        out.setdefault(b, set())
+        if a != b:
+            out[a].add(b)
+    return out
+
+
 def _failure(title: str, items: list[str], rule: str) -> str:
     return f"{len(items)} {title} ({rule}):\n" + "\n".join(items)
 
@@ -384,6 +443,28 @@ def test_the_real_package_is_scanned(graph):
     assert {"tfcheck", "tfcheck.engine.registry", "tfcheck.checks", "tfcheck.report.report"} <= set(graph.modules)
     assert not graph.unparsable, _failure("modules that do not parse", graph.unparsable, "a file mid-edit?")
     assert len(graph.edges) > 50
+
+
+def test_every_module_is_in_a_layer(graph):
+    missing = []
+    for module in graph.modules:
+        try:
+            layer_of(module)
+        except KeyError as exc:
+            missing.append(str(exc))
+    assert not missing, "\n".join(missing)
+
+
+def test_no_upward_imports(graph):
+    upward = upward_imports(graph)
+    assert not upward, _failure(
+        "imports of a layer above the importer's", upward,
+        "LAYERS, lowest first; move the shared code down a layer, or pass the dependency in from above")
+
+
+def test_no_package_cycles(graph):
+    cycles = find_cycles(package_successors(graph))
+    assert not cycles, f"{len(cycles)} cycles between packages:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_no_import_cycles(graph):
@@ -493,7 +574,7 @@ def test_a_re_exporting_package_init_counts_normally(tmp_path):
     assert cycles_of(root) == [["tfcheck.report", "tfcheck.report.report", "tfcheck.ui.render", "tfcheck.report"]]
 
 
-def test_detector_ignores_imports_under_type_checking(tmp_path):
+def test_detector_counts_imports_under_type_checking(tmp_path):
     root = make_package(tmp_path, {
         "a.py": "import tfcheck.b\n",
         "b.py": "from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    from tfcheck.a import A\n"
@@ -501,60 +582,61 @@ def test_detector_ignores_imports_under_type_checking(tmp_path):
         "c.py": "import tfcheck.d\n",
         "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    import tfcheck.c\n",
     })
-    assert cycles_of(root) == [["tfcheck.c", "tfcheck.d", "tfcheck.c"]]  # the else branch runs
-
-
-DUNDER_MODULE = '''\
-class Report:
-    def __str__(self):
-        from tfcheck.ui.render import render_report
-        return render_report(self)
-
-    def __rich__(self):
-        import tfcheck.ui.render as render
-        return render.rich(self)
-
-    def __repr__(self):
-        from tfcheck.ui import render
-        return render.text(self)
-'''
-
-
-def test_detector_allows_display_dunders_to_import_the_views_lazily(tmp_path):
-    root = make_package(tmp_path, {"report/report.py": DUNDER_MODULE, "explainers/trace.py": DUNDER_MODULE,
-                                   "ui/render.py": "from tfcheck.report.report import Report\n"
-                                                   "from tfcheck.explainers.trace import Report as Trace\n"})
     graph = analyse(root)
-    assert find_cycles(graph.successors()) == []
-    assert len(graph.allowed) == 6 and not graph.private
+    assert find_cycles(graph.successors()) == [["tfcheck.a", "tfcheck.b", "tfcheck.a"], ["tfcheck.c", "tfcheck.d",
+                                                                                        "tfcheck.c"]]
+    assert "tfcheck/b.py:4 (type-only): from tfcheck.a import A" in "\n".join(cycle_report(graph))
 
 
 @pytest.mark.parametrize("module,source", [
     # at module level
     ("report/report.py", "from tfcheck.ui.render import render_report\n"),
-    # in a method that is not a display dunder
+    # in a display dunder: no exemption
     ("report/report.py",
-     "class Report:\n    def summary(self):\n        from tfcheck.ui.render import render_report\n"),
-    # a dunder of a function, not of a class
-    ("report/report.py", "def __str__():\n    from tfcheck.ui.render import render_report\n"),
-    # a display dunder outside report/ and explainers/
-    ("probe/report.py", "class Report:\n    def __str__(self):\n        from tfcheck.ui.render import render_report\n"),
-    # another dunder
-    ("report/report.py", "class Report:\n    def __format__(self, spec):\n        from tfcheck.ui import render\n"),
+     "class Report:\n    def __str__(self):\n        from tfcheck.ui.render import render_report\n"),
+    # type-only
+    ("report/report.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfcheck.ui import render\n"),
+    # from the engine to the battery, inside a function
+    ("engine/runner.py", "def run():\n    import tfcheck.checks.mask.causal\n"),
+    # a model stage typed against the Subject, which sits above it
+    ("model/trial/capacity.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                "    from tfcheck.model.subject import Subject\n"),
 ])
-def test_detector_allows_exactly_that_one_pattern(tmp_path, module, source):
-    importer = "tfcheck." + module.removesuffix(".py").replace("/", ".")
-    root = make_package(tmp_path, {module: source, "ui/render.py": f"import {importer}\n"})
-    graph = analyse(root)
-    assert not graph.allowed
-    assert find_cycles(graph.successors()) != []
+def test_detector_finds_upward_imports(tmp_path, module, source):
+    files = {module: source, "ui/render.py": "", "checks/mask/causal.py": "", "model/subject.py": ""}
+    upward = upward_imports(analyse(make_package(tmp_path, files)))
+    assert [u.split(":")[0] for u in upward] == ["tfcheck/" + module]
+    assert "a layer above it" in upward[0]
 
 
-def test_a_display_dunder_importing_anything_else_counts(tmp_path):
+def test_detector_allows_imports_down_and_within_a_layer(tmp_path):
     root = make_package(tmp_path, {
-        "report/report.py": "class Report:\n    def __str__(self):\n        from tfcheck.model.subject import S\n",
-        "model/subject.py": "from tfcheck.report.report import Report\n"})
-    assert cycles_of(root) == [["tfcheck.model.subject", "tfcheck.report.report", "tfcheck.model.subject"]]
+        "ui/render.py": "from tfcheck.report.report import Report\nfrom tfcheck.ui import styles\n",
+        "ui/styles.py": "",
+        "report/report.py": "from tfcheck.display import text_view\nfrom tfcheck.errors import E\n",
+        "display.py": "", "errors.py": "",
+        "cli.py": "import tfcheck.checks.mask.causal\nimport tfcheck.api\n", "api.py": "",
+        "checks/mask/causal.py": "from tfcheck.tools.shrinking import Property\n", "tools/shrinking.py": "",
+    })
+    assert upward_imports(analyse(root)) == []
+
+
+def test_every_module_of_a_package_needs_a_layer(tmp_path):
+    graph = analyse(make_package(tmp_path, {"newfolder/thing.py": ""}))
+    with pytest.raises(KeyError, match="tfcheck.newfolder is in no layer"):
+        [layer_of(m) for m in graph.modules]
+
+
+def test_detector_finds_cycles_between_packages(tmp_path):
+    # no module cycle, but the probe and model packages import each other
+    root = make_package(tmp_path, {
+        "model/observed.py": "from tfcheck.probe.recorder import Recording\n", "probe/recorder.py": "",
+        "probe/recorded.py": "from tfcheck.model.subject import Subject\n", "model/subject.py": "",
+        "api.py": "import tfcheck.errors\n", "errors.py": "import tfcheck.version\n", "version.py": "",
+    })
+    graph = analyse(root)
+    assert find_cycles(graph.successors()) == []
+    assert find_cycles(package_successors(graph)) == [["tfcheck.model", "tfcheck.probe", "tfcheck.model"]]
 
 
 def test_detector_finds_private_imports(tmp_path):
