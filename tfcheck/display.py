@@ -1,7 +1,7 @@
 """Showing data without importing its views: the report, an explanation, a trace and a watch print themselves
 through these two functions, and the views in ``tfcheck.ui.views`` register how each class is drawn. The views
-import the data they show; the data never imports a view. The front ends (``tfcheck``'s public names, the API,
-the command line, the pytest plugin) import the views; before that an object shows its one-line ``repr``."""
+import the data they show; the data never imports a view. The front ends (``tfcheck``'s public names, the API
+and the command line) import the views; before that an object shows its one-line ``repr``."""
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,8 @@
 """The package layout: every check is found in its family's folder, and the public paths written before the
 layered layout (in users' code, docs and every printed replay line) still import."""
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,31 @@ def test_no_module_is_over_400_lines():
     root = Path(tfcheck.__file__).parent
     long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
+
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+PACKAGE = Path(__file__).resolve().parents[2] / "tfcheck"
+
+
+def documented_modules(text: str) -> set[str]:
+    """Module files named in docs/architecture.md: each "- `name.py` — ..." line under its folder's heading
+    ("### `tfcheck/<folder>/`", or "### The top level" for the files at the package's top)."""
+    found, folder = set(), None
+    for line in text.splitlines():
+        heading = re.match(r"### (?:`tfcheck/(.+?)/`|(The top level))", line)
+        if heading:
+            folder = heading.group(1) or ""
+        elif line.startswith("## "):
+            folder = None
+        elif folder is not None:
+            for name in re.findall(r"^- `([\w/]+\.py)`", line):
+                found.add(f"{folder}/{name}" if folder else name)
+    return found
+
+
+def test_docs_architecture_lists_every_module_and_no_other():
+    on_disk = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}
+    documented = documented_modules(ARCHITECTURE.read_text("utf-8"))
+    assert not on_disk - documented, f"modules docs/architecture.md does not list: {sorted(on_disk - documented)}"
+    assert not documented - on_disk, f"docs/architecture.md lists modules that do not exist: " \
+                                     f"{sorted(documented - on_disk)}"

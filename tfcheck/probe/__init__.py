@@ -1,1 +1,2 @@
-"""The probe core: recording, perturbing and measuring forwards of the model under test."""
+"""The probes: perturbing and measuring forwards of the model under test, over the recorder core in
+``tfcheck.recording``."""

@@ -1,4 +1,4 @@
-"""The probe core: one recorder that sees, during a forward (and backward), every module call and every
+"""The recorder core: one recorder that sees, during a forward (and backward), every module call and every
 tensor operation, with shapes, dtypes, the module it ran in and the user's source line.
 
 It uses torch's own machinery, and removes all of it on exit, also when the model raises:

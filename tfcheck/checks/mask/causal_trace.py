@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from tfcheck.checks.mask.causal_masks import MaskReader, Node, Site
+from tfcheck.checks.mask.causal_masks import MaskReader
+from tfcheck.checks.mask.causal_nodes import Node, Site
 from tfcheck.frames import is_user_frame
 from tfcheck.probe.leak_origin import Perturbation
 from tfcheck.recording.recorder import OpEvent, tensors_in
