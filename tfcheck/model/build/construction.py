@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcheck.errors import SpecError
+from tfcheck.frames import innermost_user_frame
 from tfcheck.model.build.config_reads import declaration_hint, unset_reads
 from tfcheck.model.build.configs import ConfigSource, config_for, is_config_param
 from tfcheck.model.build.construction_sites import ConstructionSites, watched_build
@@ -26,7 +27,6 @@ from tfcheck.model.build.recording_config import RecordingConfig
 from tfcheck.model.build.sizing import AllocationOverBudget, allocation_limit
 from tfcheck.model.build.small_sizes import SMALL_VALUES, changes_text, plan, quantity, small_value
 from tfcheck.model.build.user_code import UserExit, user_code
-from tfcheck.frames import innermost_user_frame
 
 #: The seed of every model tfcheck builds itself (from a spec, a class or a factory).
 BUILD_SEED = 0

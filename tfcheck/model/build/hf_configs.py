@@ -1,7 +1,7 @@
 """The config of a Hugging Face class (its ``config_class``) at tfcheck's small sizes: the sizes, what the family
-needs beyond them (tfcheck.model.build.small_sizes), the relations its defaults hold (tfcheck.model.build.small_invariants),
-and the same config with some of tfcheck's choices given up, for a constructor that refuses them
-(tfcheck.model.build.small_retries).
+needs beyond them (tfcheck.model.build.small_sizes), the relations its defaults hold
+(tfcheck.model.build.small_invariants), and the same config with some of tfcheck's choices given up, for a
+constructor that refuses them (tfcheck.model.build.small_retries).
 """
 from __future__ import annotations
 

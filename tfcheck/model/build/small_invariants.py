@@ -1,6 +1,6 @@
 """Family invariants a small Hugging Face config keeps beyond the sizes (issue 15): relations between config fields
-that the defaults satisfy and tfcheck's small values (tfcheck.model.build.small_sizes) would break. Each is read from the
-config's fields, its defaults and the values it derives itself, never from a class name:
+that the defaults satisfy and tfcheck's small values (tfcheck.model.build.small_sizes) would break. Each is read from
+the config's fields, its defaults and the values it derives itself, never from a class name:
 
 - grouped-query attention stays grouped (a layer may double its kv heads: MiMo-V2's sliding layers, 8 of 4 heads);
 - the parts of a head keep their proportions (a rotary embedding read at head_dim rotates qk_rope_head_dim);

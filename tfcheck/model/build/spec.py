@@ -2,8 +2,8 @@
 
 ``attr`` may be an ``nn.Module`` subclass, a factory returning a module, or a module instance. Importing is
 here (a model file that runs a script when imported is stopped by tfcheck.model.build.import_limit); constructing is
-tfcheck.model.build.construction (filled and shrunk arguments, configs from tfcheck.model.build.configs), whose names are
-re-exported so that ``tfcheck.model.build.spec.load`` / ``build`` / ``Loaded`` / ``SMALL_VALUES`` keep working.
+tfcheck.model.build.construction (filled and shrunk arguments, configs from tfcheck.model.build.configs), whose names
+are re-exported so that ``tfcheck.model.build.spec.load`` / ``build`` / ``Loaded`` / ``SMALL_VALUES`` keep working.
 """
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from tfcheck.errors import SpecError
-from tfcheck.model.build import import_limit
-from tfcheck.model.build import names
+from tfcheck.frames import innermost_user_frame, short_path
+from tfcheck.model.build import import_limit, names
 from tfcheck.model.build.construction import build, user_frame
 from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.build.small_sizes import SMALL_VALUES
 from tfcheck.model.build.user_code import is_control_flow
-from tfcheck.frames import innermost_user_frame, short_path
 
 CONFIG_PARAM_NAMES = names.CONFIG_PARAMS
 
