@@ -9,7 +9,6 @@ import torch._dynamo  # noqa: F401 - imported lazily by meta-device ops; registe
 
 import tfcheck.checks  # noqa: F401
 import tfcheck.engine.runner  # noqa: F401
-import tfcheck.ui.views  # noqa: F401 - the tests are a front end: the views print what they show
 
 pytest_plugins = ["pytester"]
 

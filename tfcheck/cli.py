@@ -250,7 +250,7 @@ def _trace(args) -> int:
 
 def _explain(args) -> int:
     from tfcheck.explainers.explanation import explain_error
-    from tfcheck.ui import views  # noqa: F401 - registers how a trace and an explanation print
+    from tfcheck.ui import views  # noqa: F401 - registers how an explanation prints
     from tfcheck.ui.render import to_string
 
     text = sys.stdin.read() if args.text == ["-"] else " ".join(args.text)
