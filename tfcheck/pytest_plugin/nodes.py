@@ -55,10 +55,9 @@ class ModelNode:
     def model_items(self) -> Any:
         from tfcheck.battery import all_checks
         from tfcheck.engine.runner import Runner, applicable_checks, load_subject, may_apply_after_trial
-
-        all_checks()  # the engine runs the battery its front end loads
         from tfcheck.model.facts import declarations as decl
 
+        all_checks()  # the engine runs the battery its front end loads
         if self.error is not None:
             raise TfcheckLoadError(self.error)
         state = self.config.stash[STATE]
