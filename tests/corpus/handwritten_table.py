@@ -1,0 +1,133 @@
+"""The hand-written corpus: Transformers written in the style of public code (tutorials, books, reference
+implementations; tests/corpus/handwritten/, each file's docstring names its style), each run zero-config as a
+new user would type it. Each file holds the correct model and one ``Buggy*`` variant whose one changed line
+carries ``# injected bug``: the bug must FAIL the named check at that line; the correct model must get no FAIL
+and only the non-passes EXPLAINED says are true of its code. GAPS lists what tfcheck does not do yet, each
+expected to fail (strictly: a gap that closes fails its test until it is taken off the list)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+FOLDER = Path(__file__).parent / "handwritten"
+BUG_MARK = "# injected bug"
+
+
+@dataclass(frozen=True)
+class Handwritten:
+    file: str
+    correct: str  # the attribute a new user's spec names
+    buggy: str
+    catches: str  # the check the injected bug must FAIL
+
+    def spec(self, attribute: str) -> str:
+        return f"{FOLDER / self.file}:{attribute}"
+
+    @property
+    def bug_line(self) -> int:
+        lines = (FOLDER / self.file).read_text().splitlines()
+        found = [i for i, line in enumerate(lines, 1) if BUG_MARK in line]
+        assert len(found) == 1, f"{self.file}: one line must carry {BUG_MARK!r}, found {found}"
+        return found[0]
+
+
+HANDWRITTEN: dict[str, Handwritten] = {
+    "nanogpt": Handwritten("nanogpt.py", "GPT", "BuggyGPT", "mask.causal"),
+    "llms-from-scratch": Handwritten("llms_from_scratch.py", "GPTModel", "BuggyGPTModel", "attention.heads"),
+    "gpt-lecture": Handwritten("karpathy_gpt_lecture.py", "GPTLanguageModel", "BuggyGPTLanguageModel",
+                               "attention.scale"),
+    "llama-reference": Handwritten("llama_reference.py", "Transformer", "BuggyTransformer", "mask.causal"),
+    "zero-init-gpt": Handwritten("zero_init_gpt.py", "GPT", "BuggyGPT", "mask.causal"),
+    "padded-vocab-gpt": Handwritten("padded_vocab_gpt.py", "GPT", "BuggyGPT", "mask.causal"),
+    "annotated-transformer": Handwritten("annotated_transformer.py", "make_model", "BuggyMakeModel",
+                                         "attention.scale"),
+    "bentrevett-seq2seq": Handwritten("bentrevett_seq2seq.py", "build_model", "BuggyBuildModel", "mask.causal"),
+    "targets-seq2seq": Handwritten("targets_seq2seq.py", "Transformer", "BuggyTransformer", "mask.causal"),
+    "additive-mask-encoder": Handwritten("additive_mask_encoder.py", "TransformerEncoder", "BuggyTransformerEncoder",
+                                         "position.sensitivity"),
+    "relation-mask-encoder": Handwritten("relation_mask_encoder.py", "RelationAwareEncoder",
+                                         "BuggyRelationAwareEncoder", "attention.heads"),
+    "bert-classifier": Handwritten("bert_style_classifier.py", "BertClassifier", "BuggyBertClassifier",
+                                   "mask.padding"),
+}
+
+MINUS_1E9_IN_HALF = ("the scores are filled with -1e9, which float16 cannot hold (its largest magnitude is 65504): "
+                     "true of the code, and the warning says so; the model is correct in float32")
+
+#: (model, check) -> why the correct model's non-pass there is true of its code.
+EXPLAINED: dict[tuple[str, str], str] = {
+    ("annotated-transformer", "numerics.half"): MINUS_1E9_IN_HALF,
+}
+
+#: (model, "correct" | "bug") -> what tfcheck does not do yet on it.
+GAPS: dict[tuple[str, str], str] = {
+    ("nanogpt", "bug"): "the discarded masked_fill is not named: the finding points at the scores line above it",
+    ("llms-from-scratch", "correct"): "the GPT_CONFIG_124M literal inside `if __name__ == '__main__':` is not found",
+    ("llms-from-scratch", "bug"): "the model is not built (its config is not found)",
+    ("llama-reference", "correct"): "forward(tokens, start_pos) needs a start position tfcheck does not give",
+    ("llama-reference", "bug"): "the model is not run (its start position is not given)",
+    ("zero-init-gpt", "correct"): "zero-initialised output projections blind the flow probes: mask.causal inconclusive",
+    ("zero-init-gpt", "bug"): "the removed causal mask is not seen at the zero init",
+    ("padded-vocab-gpt", "correct"): "a residual through x.clone() is not recognised (shape.residual, norm.placement)",
+    ("padded-vocab-gpt", "bug"): "with the kind unknown, the inverted mask is only a warning",
+    ("bentrevett-seq2seq", "correct"): "the target tokens are drawn from the source vocabulary, larger than the "
+                                       "decoder's embedding",
+    ("bentrevett-seq2seq", "bug"): "the decoder's look-ahead mask is never reached (the forward raises)",
+    ("targets-seq2seq", "correct"): "forward(src, targets) is read as nanoGPT's labels, not the decoder input",
+    ("targets-seq2seq", "bug"): "with the kind unknown, the missing look-ahead mask is only a warning",
+    ("additive-mask-encoder", "correct"): "a (batch, length) keep mask is given to an additive (b, 1, s, s) mask "
+                                          "argument, and the model's raise is reported as a FAIL",
+    ("additive-mask-encoder", "bug"): "with the kind unknown, the missing position signal is only a warning",
+    ("relation-mask-encoder", "correct"): "kind unknown: an encoder gets the causal-leak warning",
+    ("relation-mask-encoder", "bug"): "the finding names the output projection, not the reshape that merges the heads",
+    ("bert-classifier", "correct"): "a pooled classifier's (batch, labels) output FAILs shape.contract",
+    ("bert-classifier", "bug"): "the pooled output leaves mask.padding inconclusive",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One hand-written model run as a new user would: the correct model zero-config, then its bug."""
+
+    name: str
+    ran: bool  # the battery ran on the correct model (no usage error, forward.smoke passed)
+    unexplained: tuple[str, ...]  # "check: STATUS reason" of each FAIL, ERROR, WARN or skip EXPLAINED does not cover
+    bug_status: str  # the status the injected bug's check got
+    bug_line_named: bool  # the bug's finding points at the changed line
+    detail: str  # the first line of what went wrong, for a reader
+
+    @property
+    def clean(self) -> bool:
+        return self.ran and not self.unexplained
+
+    @property
+    def bug_fails(self) -> bool:
+        return self.bug_status == "FAIL"
+
+
+def evaluate(name: str) -> Outcome:
+    """Run one entry: the correct model's whole battery and the buggy model's one check."""
+    import tfcheck
+    from tfcheck import Status, UsageError
+
+    entry = HANDWRITTEN[name]
+    try:
+        report = tfcheck.run_checks(entry.spec(entry.correct)).models[0]
+    except UsageError as exc:
+        return Outcome(name, False, (), "not run", False, f"usage error: {str(exc).splitlines()[0][:160]}")
+    smoke = report.result("forward.smoke")
+    ran = smoke.status is Status.PASS
+    unexplained = tuple(
+        f"{r.check}: {r.status.name} {r.findings[0].message.splitlines()[0][:120] if r.findings else ''}"
+        for r in report.results
+        if r.status is not Status.PASS and (name, r.check) not in EXPLAINED
+        and not any("blocked by" in f.message for f in r.findings))
+    try:
+        bug = tfcheck.run_checks(entry.spec(entry.buggy), only=[entry.catches]).models[0].result(entry.catches)
+    except UsageError as exc:
+        return Outcome(name, ran, unexplained, "not run", False, f"bug: usage error: {str(exc).splitlines()[0][:120]}")
+    named = any(f.location.line == entry.bug_line and (f.location.file or "").endswith(entry.file)
+                for f in bug.findings if f.status is Status.FAIL)
+    detail = unexplained[0] if unexplained else (bug.findings[0].message.splitlines()[0][:160]
+                                                  if bug.findings and bug.status is not Status.FAIL else "")
+    return Outcome(name, ran, unexplained, bug.status.name, named, detail)
