@@ -3,14 +3,19 @@ still warn: a sublayer fed a token shift of the stream written inline (simple-hi
 ``x = self.ff(token_shift(x)) + x``: chunk, pad and cat in the block's own forward) sits inside its residual; the same
 sublayer with nothing added back does not. A mixture of experts' router (a softmax over a Linear's output, whose
 weights scale the experts) is no attention that needs a residual of its own (17 Hugging Face MoE classes warned
-"no residual path around the attention in 'mlp.router'"); an attention with nothing added back still warns."""
+"no residual path around the attention in 'mlp.router'"); an attention with nothing added back still warns. A residual
+kept in an exact copy of the block's input (Megatron-LM's and litgpt's ``residual = x.clone()`` ... ``x = residual +
+x``) is the residual of that input; a copy never added back, a detached skip, a flipped one or a copy written over
+in place still warns."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import tfcheck
+import zoo_training as zt
 from tfcheck import Status
 
 RESIDUAL = "shape.residual"
@@ -119,3 +124,28 @@ def test_an_attention_with_nothing_added_back_still_warns():
     result = _residual(AttentionWithoutResidual)
     assert result.status is Status.WARN and [f.evidence["sublayer"] for f in result.findings] == ["attention"], \
         str(result)
+
+
+@pytest.mark.parametrize("copy", ["clone", "view", "expand_as", "times_one", "clone_of_reshape"])
+@pytest.mark.parametrize("pre_ln", [True, False], ids=["pre-ln", "post-ln"])
+def test_a_residual_kept_in_an_exact_copy_of_the_input_is_that_inputs_residual(copy, pre_ln):
+    result = _residual(lambda: zt.CopiedResidualLM(copy, pre_ln=pre_ln))
+    assert result.status is Status.PASS, str(result)
+    assert len(result.findings[0].evidence["residuals"]) == 4  # attention and feed-forward, in both blocks
+
+
+@pytest.mark.parametrize("copy", ["clone", "view"])
+def test_a_copy_of_the_input_never_added_back_still_warns(copy):
+    result = _residual(lambda: zt.CopiedResidualLM(copy, add_back=False))
+    assert result.status is Status.WARN, str(result)
+    assert {f.row for f in result.findings} == {"residual-missing"}
+    assert sorted(f.location.module for f in result.findings) == ["attn.0", "attn.1", "ffn.0.2", "ffn.1.2"]
+
+
+@pytest.mark.parametrize("copy", ["detach", "flip", "overwritten"])
+def test_a_skip_that_is_no_exact_copy_of_the_input_still_warns(copy):
+    """The same values without a gradient path (detach), the same shape with the positions moved (flip), a copy
+    zeroed in place before the add: none carries the input around the sublayer."""
+    result = _residual(lambda: zt.CopiedResidualLM(copy))
+    assert result.status is Status.WARN, str(result)
+    assert {f.evidence["sublayer"] for f in result.findings} == {"attention", "feed-forward"}

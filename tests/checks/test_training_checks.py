@@ -92,6 +92,9 @@ def test_without_a_schedule_lr_warmup_does_not_apply_and_says_what_to_declare():
     ("transformers:LlamaForCausalLM", "Pre-LN"),
     # LayerNorm written by hand, as the Annotated Transformer and the books write it: no layer_norm op
     (lambda: zt.HandNormEncoder(pre_ln=True), "Pre-LN"), (lambda: zt.HandNormEncoder(pre_ln=False), "Post-LN"),
+    # the residual kept in an exact copy of the block's input (Megatron-LM, litgpt: residual = x.clone())
+    (lambda: zt.CopiedResidualLM("clone"), "Pre-LN"), (lambda: zt.CopiedResidualLM("times_one"), "Pre-LN"),
+    (lambda: zt.CopiedResidualLM("clone", pre_ln=False), "Post-LN"),
 ])
 def test_norm_placement_is_read_from_the_dataflow(model, placement):
     pytest.importorskip("transformers")
@@ -104,6 +107,15 @@ def test_post_ln_without_warmup_is_warned_and_pre_ln_is_not():
     assert (status, rows) == (Status.WARN, {"post-ln-without-warmup"}) and "warmup" in r.findings[0].message
     assert result(lambda: TransformerLM(norm_first=True), "norm.placement", schedule=zt.constant).status is Status.PASS
     assert result(PostLNWithoutWarmup, "norm.placement", schedule=noam_schedule).status is Status.PASS
+
+
+def test_post_ln_behind_a_copied_residual_is_still_warned_and_a_copy_never_added_places_nothing():
+    status, rows, r = verdict(lambda: zt.CopiedResidualLM("clone", pre_ln=False), "norm.placement",
+                              schedule=zt.constant)
+    assert (status, rows) == (Status.WARN, {"post-ln-without-warmup"}), r.findings
+    assert r.findings[0].evidence["residual_adds"] == 4
+    skipped = result(lambda: zt.CopiedResidualLM("clone", add_back=False), "norm.placement").findings[0]
+    assert skipped.status is Status.SKIP and skipped.evidence["residual_adds"] == 0
 
 
 # ----- training on copies -------------------------------------------------------------------------------

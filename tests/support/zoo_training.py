@@ -299,6 +299,52 @@ class HandNormEncoder(nn.Module):
         return self.out(x)
 
 
+#: How CopiedResidualLM keeps its residual: the exact copies of the block's input that tfcheck.probe.value_copies
+#: reads as the input itself, then look-alikes that are none (the skip then carries something else).
+RESIDUAL_COPIES = {
+    "clone": lambda x: x.clone(),  # Megatron-LM, litgpt
+    "view": lambda x: x.view(x.shape),
+    "expand_as": lambda x: x.expand_as(x),
+    "times_one": lambda x: x * 1,
+    "clone_of_reshape": lambda x: x.reshape(x.shape).clone(),
+    "detach": lambda x: x.detach(),  # the same values, but no gradient back through the skip
+    "flip": lambda x: x.flip(1),  # the same shape, the positions reversed
+    "overwritten": lambda x: x.clone().zero_(),  # copied, then written over in place
+}
+
+
+class CopiedResidualLM(nn.Module):
+    """Megatron-LM's and litgpt's block (the corpus's padded_vocab_gpt.py): the residual kept in a copy of the
+    block's input made first, ``residual = copy(x)`` ... ``x = residual + attn(norm(x))`` (Pre-LN) or
+    ``x = norm(residual + attn(x))`` (Post-LN). ``copy`` names a RESIDUAL_COPIES entry; ``add_back=False`` is a
+    real missing residual: the copy is made and never added."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self, copy: str = "clone", pre_ln: bool = True, add_back: bool = True, vocab_size: int = 101,
+                 d: int = 32):
+        super().__init__()
+        self.copy, self.pre_ln, self.add_back = copy, pre_ln, add_back
+        self.emb = nn.Embedding(vocab_size, d)
+        self.attn = nn.ModuleList(nn.MultiheadAttention(d, 4, batch_first=True) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, d)) for _ in range(2))
+        self.norm1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.norm2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.out = nn.Linear(d, vocab_size)
+
+    def forward(self, input_ids):
+        x = self.emb(input_ids)
+        for attn, ffn, n1, n2 in zip(self.attn, self.ffn, self.norm1, self.norm2):
+            x = self.sublayer(x, n1, lambda h, attn=attn: attn(h, h, h, need_weights=False)[0])
+            x = self.sublayer(x, n2, ffn)
+        return self.out(x)
+
+    def sublayer(self, x, norm, f):
+        residual = RESIDUAL_COPIES[self.copy](x)
+        if not self.add_back:
+            return f(norm(x)) if self.pre_ln else norm(f(x))
+        return residual + f(norm(x)) if self.pre_ln else norm(residual + f(x))
+
 class TrainConfigOptimizers(nn.Module):
     """minGPT's configure_optimizers(train_config): the settings come in a config read by attribute."""
 

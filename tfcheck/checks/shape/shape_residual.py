@@ -2,7 +2,8 @@
 feed-forward sublayer sits inside one.
 
 Residual adds are found from the recorded ops, not from module names: an add whose one operand ``x`` was
-made before a sublayer ran and whose other operand ``y`` was computed from ``x`` through that sublayer.
+made before a sublayer ran and whose other operand ``y`` was computed from ``x`` through that sublayer; an exact
+copy of the stream (``residual = x.clone()``, tfcheck.probe.value_copies) counts as the stream.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from tfcheck.engine.registry import check
 from tfcheck.probe import recorded_probe
+from tfcheck.probe.value_copies import Copies
 from tfcheck.recording.recorder import ModuleCall, OpEvent, Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
@@ -155,6 +157,7 @@ class Dataflow:
                         self.updated_by.setdefault(t, []).append(op.index)
         self.ops = [o for o in recording.ops if o.level == "function" or o.parent_op is None]
         self.by_index = {o.index: o for o in self.ops}
+        self.copies = Copies(recording)
 
     def depends(self, later: int, earlier: set[int], values: bool = False, after: int = -1) -> bool:
         """Whether tensor ``later`` was computed (through ops) from any tensor in ``earlier``; with ``values``,
@@ -199,8 +202,8 @@ class Dataflow:
         """``x`` and, when ``x`` is itself a sum, the terms it adds (to ``depth``): a parallel block adds its
         sublayers to the stream in one expression (residual + attn + mlp, Cohere's and GPT-J's), so the stream
         an mlp branch was computed from is a term of the add's other operand, not that operand."""
-        terms = [x]
-        op = self.by_index.get(self.made_by.get(x, -1))
+        terms = list(dict.fromkeys((x, self.copies.original(x))))  # a copy's stream is the tensor it copies
+        op = self.by_index.get(self.made_by.get(terms[-1], -1))
         if depth and op is not None and op.short_name in ADDS and len(op.input_ids) == 2:
             for term in op.input_ids:
                 terms += [t for t in self._summed(term, depth - 1) if t not in terms]

@@ -113,14 +113,17 @@ def _standardises(x: int, ops: list) -> bool:
 
 def _placed(graph: Dataflow, norms: list[Norm], residuals) -> tuple[list[Norm], list[Norm]]:
     streams, sums = [], set()
+    # An exact copy (residual = x.clone(), tfcheck.probe.value_copies) is read as the tensor it copies, on both
+    # sides: the skipped operand is then the stream the norm read, and a norm may read a copy of a sum.
+    original = graph.copies.original
     for r in residuals:
-        a, b = r.add.input_ids
+        a, b = (original(t) for t in r.add.input_ids)
         # The skipped stream is the operand the other was computed from.
         stream, branch = (a, b) if graph.depends(b, {a}) else (b, a)
         streams.append((stream, branch))
         sums.update(r.add.output_ids)
-    post = [n for n in norms if n.input_id in sums and any(n.output_id == s for s, _ in streams)]
-    pre = [n for n in norms if any(n.input_id == s and graph.depends(b, {n.output_id}) for s, b in streams)]
+    post = [n for n in norms if original(n.input_id) in sums and any(n.output_id == s for s, _ in streams)]
+    pre = [n for n in norms if any(original(n.input_id) == s and graph.depends(b, {n.output_id}) for s, b in streams)]
     return post, pre
 
 
