@@ -3,6 +3,7 @@ reference gallery and other people's styles in zoo_masks), and no failure on cor
 from __future__ import annotations
 
 import io
+import linecache
 
 import pytest
 import torch
@@ -222,3 +223,63 @@ class _EncoderIgnoringItsMaskFlat(torch.nn.Module):
 def test_a_probe_whose_pads_reach_no_embedding_changes_the_pad_ids_instead_of_passing():
     finding = result(_EncoderIgnoringItsMaskFlat, PADDING).findings[0]
     assert finding.status is Status.FAIL and finding.evidence["pattern"] == "mask ignored", finding.message
+
+
+# ----- a pooled output: one vector per sample, judged per sample ------------------------------------------------
+
+@pytest.mark.parametrize("name", ["PooledClassifier", "MeanPooledClassifier"])
+def test_a_pooled_classifier_passes_per_sample_with_its_positive_control(name):
+    finding = result(f"zoo_masks:{name}", PADDING).findings[0]
+    assert finding.status is Status.PASS, finding.message
+    assert finding.message.startswith("each sample's pooled output does not depend on padding"), finding.message
+    ev = finding.evidence
+    assert ev["largest_forbidden_change"] <= ev["tolerance"] < ev["positive_control_change"]
+    assert ev["pooled"]["pooled_by"][0]["file"].endswith("zoo_masks.py") and "not judged" in ev["judged"]
+
+
+@pytest.mark.parametrize("name,pattern,row", [
+    ("PooledClassifierMaskOnQueries", "mask on the query axis", "padding-mask-query-axis"),
+    ("PooledClassifierIgnoresMask", "mask ignored", "padding-mask-ignored"),
+    ("MeanPooledOverThePads", "padding leak", "padding-leak"),
+])
+def test_a_pooled_classifier_whose_pads_reach_its_output_fails_at_the_changed_line(name, pattern, row):
+    finding = result(f"zoo_masks:{name}", PADDING).findings[0]
+    assert (finding.status, finding.row, finding.evidence["pattern"]) == (Status.FAIL, row, pattern), finding.message
+    assert "pooled output (pooled at " in finding.message and "zoo_masks.py:" in finding.message
+    assert finding.location.file.endswith("zoo_masks.py")
+    assert "# the bug" in linecache.getline(finding.location.file, finding.location.line), finding.location
+    assert finding.evidence["leak_map"].splitlines()[2:5] == ["sample 0 _", "sample 1 X", "sample 2 X"]
+
+
+def test_a_pooled_output_that_no_real_token_moves_is_inconclusive_never_a_pass():
+    finding = result("zoo_masks:PooledConstant", PADDING).findings[0]
+    assert finding.status is Status.SKIP and "changed no pooled output" in finding.message, finding.message
+
+
+def test_an_output_without_a_length_axis_and_no_pooling_stays_inconclusive():
+    """(batch, C) with no op of the model's pooling its positions: nothing says the rows are whole samples."""
+    finding = result(_FlattensPositions, PADDING).findings[0]
+    assert finding.status is Status.SKIP and "not one entry per position" in finding.message, finding.message
+
+
+class _FlattensPositions(torch.nn.Module):
+    """Returns its states flattened per sample, (b, s * d): the length axis folded away, not pooled."""
+
+    __tfcheck__ = {"kind": "encoder", "pad_id": 0, "vocab_size": 50}
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(50, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+
+    def forward(self, input_ids, attention_mask=None):
+        pads = None if attention_mask is None else attention_mask == 0
+        return self.layer(self.emb(input_ids), src_key_padding_mask=pads).flatten(1)
+
+
+@pytest.mark.parametrize("cls", ["BertForSequenceClassification", "GPT2ForSequenceClassification"])
+def test_hugging_face_sequence_classifiers_pass_on_their_pooled_logits(cls):
+    pytest.importorskip("transformers")
+    finding = result(f"transformers:{cls}", PADDING).findings[0]
+    assert finding.status is Status.PASS and "pooled output" in finding.message, finding.message

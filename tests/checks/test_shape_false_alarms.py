@@ -2,7 +2,9 @@
 that still fail: a length the config declares pooled (Funnel's blocks, a downsampling rate) against positions
 dropped with nothing declaring it; a reversible network's two streams returned side by side (Reformer) against a
 width doubled by a head or by a tensor concatenated with itself; a padded vocabulary's true size shrunk with it in
-the small config (Inkling 2's unpadded_vocab_size, its LM head's width)."""
+the small config (Inkling 2's unpadded_vocab_size, its LM head's width); a pooled output, (batch, C) where the
+recorded forward shows the model pool its positions (a [CLS] classifier, a mean-pooled encoder), against a length
+axis folded into the features and a language model that keeps one position's logits."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -144,6 +146,60 @@ def test_a_width_doubled_by_a_bug_still_fails(model):
     finding = _shape(model, kind="encoder", d_model=D)
     assert finding.status is Status.FAIL, finding.message
     assert "last dim 32 where 16 was expected" in finding.message
+
+
+# ----- a pooled output: one vector per sample by design -----------------------------------------------------------
+
+class FoldsPositionsIntoFeatures(_Encoder):
+    """Bug: the states flattened per sample, (b, s * d): the length axis is folded into the features, not pooled."""
+
+    def forward(self, ids):
+        return self.norm(self.states(ids)).flatten(1)
+
+
+class DecoderKeepsTheLastLogits(_Encoder):
+    """Bug for a language model: only the last position's logits come back, so its loss cannot read the others."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(D, VOCAB)
+
+    def forward(self, ids):
+        return self.head(self.norm(self.states(ids))[:, -1])
+
+
+@pytest.mark.parametrize("model,how", [("zoo_masks:PooledClassifier", "one position taken per sample"),
+                                       ("zoo_masks:MeanPooledClassifier", "a reduction over the positions (sum)")])
+def test_a_pooled_classifier_is_judged_as_batch_by_its_width_and_says_where_it_pools(model, how):
+    finding = _shape(model)
+    assert finding.status is Status.PASS, finding.message
+    assert finding.message.startswith("output is pooled, (batch, 3)") and "1x1, 3x7, 1x64, 3x64" in finding.message
+    assert how in finding.message and "zoo_masks.py:" in finding.message
+    assert {tuple(c["output_shape"]) for c in finding.evidence["checked"]} == {(1, 3), (3, 3)}
+    assert finding.evidence["pooled"]["pooled_by"][0]["file"].endswith("zoo_masks.py")
+
+
+def test_a_length_axis_folded_into_the_features_still_fails_and_names_the_fold():
+    finding = _shape(FoldsPositionsIntoFeatures, kind="encoder")
+    assert finding.status is Status.FAIL, finding.message
+    assert "the output has shape (1, 16); expected (1, 1, 16)" in finding.message
+    assert "the length axis is gone" in finding.message and "folds the positions into another axis" in finding.message
+    assert "`return self.norm(self.states(ids)).flatten(1)`" in finding.message
+
+
+def test_a_language_model_that_keeps_one_position_still_fails():
+    finding = _shape(DecoderKeepsTheLastLogits, kind="decoder", vocab_size=VOCAB)
+    assert finding.status is Status.FAIL, finding.message
+    assert "expected (1, 1, 50)" in finding.message and "returns the logits of every position" in finding.message
+    assert "[:, -1]" in finding.message
+
+
+@pytest.mark.parametrize("name", ["BertForSequenceClassification", "GPT2ForSequenceClassification"])
+def test_hugging_face_sequence_classifiers_return_pooled_logits_by_design(name):
+    pytest.importorskip("transformers")
+    finding = _shape(f"transformers:{name}")
+    assert finding.status is Status.PASS, finding.message
+    assert finding.message.startswith("output is pooled, (batch, 2)") and "one position taken" in finding.message
 
 
 # ----- the Hugging Face classes that raised them ------------------------------------------------------------------

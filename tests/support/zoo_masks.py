@@ -360,3 +360,64 @@ class PadIdOnlyEncoder(nn.Module):
         for layer in self.layers:
             h = layer(h, None)
         return h
+
+
+# ----- pooled classifiers: forward(input_ids, attention_mask) -> (batch, labels), no length axis by design --------
+
+LABELS = 3
+
+
+class PooledClassifier(HFLikeEncoder):
+    """Correct: a sequence classifier on the Hugging Face-like encoder, its logits (b, LABELS) read from the first
+    ([CLS]) position through a tanh pooler, as BertForSequenceClassification does."""
+
+    def __init__(self):
+        super().__init__()
+        self.pooler, self.classifier = nn.Linear(D, D), nn.Linear(D, LABELS)
+
+    def pool(self, x, attention_mask):
+        return x[:, 0]
+
+    def forward(self, input_ids, attention_mask=None):
+        x = super().forward(input_ids, attention_mask)
+        return self.classifier(torch.tanh(self.pooler(self.pool(x, attention_mask))))
+
+
+class PooledClassifierMaskOnQueries(PooledClassifier):
+    """Bug: the extended mask laid out on the query axis, (b, 1, s, 1): the [CLS] query still attends to the pads."""
+
+    def extended(self, attention_mask, dtype):
+        return (1.0 - attention_mask[:, None, :, None].to(dtype)) * torch.finfo(dtype).min  # the bug
+
+
+class PooledClassifierIgnoresMask(PooledClassifier):
+    """Bug: takes attention_mask and never reads it: every position attends to the pads."""
+
+    def forward(self, input_ids, attention_mask=None):
+        x = self.embeddings(input_ids)
+        for layer in self.layer:
+            x = layer(x, 0.0)  # the bug: no mask reaches the scores
+        return self.classifier(torch.tanh(self.pooler(x[:, 0])))
+
+
+class MeanPooledClassifier(PooledClassifier):
+    """Correct: the mean of the real tokens' states (a sentence encoder's pooling), the pads left out of it."""
+
+    def pool(self, x, attention_mask):
+        keep = (torch.ones(x.shape[:2], device=x.device) if attention_mask is None else attention_mask)[..., None]
+        keep = keep.to(x.dtype)
+        return (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+
+
+class MeanPooledOverThePads(PooledClassifier):
+    """Bug: the attention masks the pads, but the pooling averages every position, pads included."""
+
+    def pool(self, x, attention_mask):
+        return x.mean(1)  # the bug: the mean is not masked
+
+
+class PooledConstant(PooledClassifier):
+    """Its pooled states are zero whatever the tokens: no measurement of its padding can be conclusive."""
+
+    def pool(self, x, attention_mask):
+        return (0 * x)[:, 0]

@@ -9,12 +9,15 @@ outputs must move). The layer modules' outputs are captured in the same pass, so
 pads reach real outputs is named; on a leak, one recorded pass of A shows where the mask meets that layer's
 scores (or where it stops short of them), the line the finding points at.
 Where the mask is built inside, one more pass compares the right-padded sample with the same sequence
-unpadded (right-padding equivalence: positions are unchanged).
+unpadded (right-padding equivalence: positions are unchanged). A pooled output, one vector per sample, is judged
+per sample (mask_padding_pooled.py).
 """
 from __future__ import annotations
 
 import torch
 
+from tfcheck.checks.mask import mask_padding_pooled as pooled_out
+from tfcheck.checks.mask.mask_padding_equivalence import right_padding_equivalence
 from tfcheck.checks.mask.padding_design import MixerOutputs, local_mixing
 from tfcheck.checks.mask.padding_examples import SHRINK, layout, mask_axes, pad_comparison, padded_inputs
 from tfcheck.checks.mask.unused_mask import said_unused
@@ -74,7 +77,10 @@ def mask_padding(ctx) -> list[Finding]:
     if n < 8:
         return [Finding(ID, Status.SKIP, f"inconclusive: max_len={n} is too short to pad three samples "
                         "differently (8 positions needed)", evidence={"max_len": n})]
-    return [shrinking.with_minimal_example(ctx, _judge(ctx, _measure(ctx, mode, n)), SHRINK)]
+    measured = _measure(ctx, mode, n)
+    finding = _judge(ctx, measured)
+    pooled = isinstance(measured, _Measured) and measured.pooled is not None  # the search draws left pads too
+    return [finding if pooled else shrinking.with_minimal_example(ctx, finding, SHRINK)]
 
 
 def _mode(subject) -> str | NotApplicable | Inconclusive:
@@ -116,10 +122,11 @@ class _Measured:
 
     def __init__(self, mode: str, n: int, keep: torch.Tensor, control_at: list[int], groups: dict,
                  layers: list, equivalence: float | None, seq2seq: bool, tolerance: float, perturbed: list[str],
-                 ids_changed: bool = True, first_layer: str | None = None):
+                 ids_changed: bool = True, first_layer: str | None = None,
+                 pooled: pooled_out.PooledStates | None = None):
         self.mode, self.n, self.keep, self.control_at, self.ids_changed = mode, n, keep, control_at, ids_changed
         self.groups, self.layers, self.equivalence, self.seq2seq = groups, layers, equivalence, seq2seq
-        self.tolerance, self.perturbed, self.first_layer = tolerance, perturbed, first_layer
+        self.tolerance, self.perturbed, self.first_layer, self.pooled = tolerance, perturbed, first_layer, pooled
 
 
 def _measure(ctx, mode: str, n: int, change_ids: bool = False):
@@ -159,7 +166,13 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
                                       "changed")
     out = probe.output
     out_len = target.shape[1] if target is not None else n
-    if out.dim() < 2 or tuple(out.shape[:2]) != (rows, out_len):
+    axis = None if target is not None or out.dim() != 2 else pooled_out.pooling(ctx, out, rows)
+    pooled = None if axis is None else pooled_out.states(  # what the pooling ops return: one more, recorded, pass
+        ctx, args, kwargs, axis, "the padded samples again",
+        lambda: layer_capture.perturbed_embedding(subject.model, primary, embedding_where, seed))
+    if pooled is not None:
+        out = pooled.values
+    elif out.dim() < 2 or tuple(out.shape[:2]) != (rows, out_len):
         return Finding(ID, Status.SKIP, f"inconclusive: the output has shape {tuple(out.shape)}, not one entry per "
                        f"position (batch {rows}, length {out_len}), so real positions cannot be compared",
                        evidence={"output_shape": tuple(out.shape)})
@@ -178,11 +191,11 @@ def _measure(ctx, mode: str, n: int, change_ids: bool = False):
     groups = {name: out[i * SAMPLES:(i + 1) * SAMPLES] for i, name in enumerate("ABC")}
     equivalence, first_layer = None, _first_leaking_layer(layers, keep, out_len if target is not None else None)
     if mode != "argument":
-        equivalence, unequal_layer = _right_padding_equivalence(ctx, base, keep, target, groups["A"], layers)
+        equivalence, unequal_layer = right_padding_equivalence(ctx, base, keep, target, groups["A"], layers, axis)
         first_layer = first_layer or unequal_layer
     encoder = [(p, v) for p, v in layers if v.dim() >= 2 and v.shape[1] == n] if target is not None else []
     return _Measured(mode, n, keep, control_at, groups, encoder[-1:], equivalence, target is not None,
-                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed, first_layer)
+                     flow.tolerance(groups["A"]), list(dict.fromkeys(perturbed)), ids_changed, first_layer, pooled)
 
 
 def _first_leaking_layer(layers: list, keep: torch.Tensor, target_length: int | None) -> str | None:
@@ -215,39 +228,12 @@ def _target(subject, n: int, rows: int, gen) -> torch.Tensor | None:
     return target.expand(rows, *target.shape[1:])
 
 
-def _right_padding_equivalence(ctx, base, keep, target, padded_out, padded_layers) -> tuple[float | None, str | None]:
-    """Largest change of the right-padded sample's real outputs against the same sequence unpadded, and the first
-    layer (in call order) whose real outputs already differ."""
-    subject = ctx.subject
-    length = int(keep[2].sum())
-    args, kwargs = subject.inputs_for(base[2:3, :length], None if target is None else target[:1])
-    with layer_capture.captured_layers(subject.model, 1, seq_first=subject.facts.batch_first is False) as layers:
-        out = ctx.run(args, kwargs, f"the right-padded sample unpadded (length {length})").output
-    reference = padded_out[2:3] if target is not None else padded_out[2:3, :length]
-    if tuple(out.shape) != tuple(reference.shape):
-        return None, None
-    return float(flow.change_per_position(reference, out).max()), _first_unequal_layer(padded_layers, layers, length)
-
-
-def _first_unequal_layer(padded: list, unpadded: list, length: int) -> str | None:
-    """The first layer whose output for the right-padded sample (row 2 of ``padded``) differs at its ``length`` real
-    positions from the same layer's output for the sequence unpadded; the layers are paired in call order."""
-    for (path, value), (other_path, alone) in zip(padded, unpadded):
-        if path != other_path or value.dim() < 2 or alone.dim() < 2 or alone.shape[1] > value.shape[1]:
-            return None  # the calls no longer pair up: nothing more can be told
-        positions = min(length, alone.shape[1])
-        own = value[2:3, :positions]
-        if own.shape != alone[:, :positions].shape:
-            continue
-        if float(flow.change_per_position(own, alone[:, :positions]).max()) > flow.tolerance(own):
-            return path
-    return None
-
-
 # ----- judging --------------------------------------------------------------------------------------
 
 def _real_outputs(m: _Measured) -> torch.Tensor:
     a = m.groups["A"]
+    if m.pooled is not None:
+        return pooled_out.judged(m.keep)
     return torch.ones(a.shape[:2], dtype=torch.bool, device=a.device) if m.seq2seq else m.keep
 
 
@@ -260,22 +246,26 @@ def _judge(ctx, m) -> Finding:
     leak = float(leak_change[real].max())
     control_change = flow.change_per_position(a, c)
     others = real.clone()
-    if not m.seq2seq:  # the changed token's own output moves by itself; the control is about the others
-        others[torch.arange(SAMPLES), m.control_at] = False
-    control = min(float(control_change[i][others[i]].max()) for i in range(SAMPLES))
+    if not m.seq2seq and m.pooled is None:  # the changed token's own output moves by itself: the control is about
+        others[torch.arange(SAMPLES), m.control_at] = False  # the others (a pooled output is one per sample)
+    control = min(float(control_change[i][others[i]].max()) for i in range(SAMPLES) if others[i].any())
     judgement = flow.Judgement(max(leak, m.equivalence or 0.0), m.tolerance, control)
     evidence = _evidence(m, judgement, leak, leak_change)
     if judgement.leaked:
         return _leak_finding(ctx, m, judgement, evidence, leak_change)
     if not judgement.conclusive:
-        return Finding(ID, Status.SKIP, f"inconclusive: changing a real token changed no other real output "
+        return Finding(ID, Status.SKIP, "inconclusive: changing a real token changed no "
+                       f"{'other real' if m.pooled is None else 'pooled'} output "
                        f"(largest change {control:.3g} <= tolerance {m.tolerance:.3g}), so the probe did not reach "
                        "the output", evidence=evidence)
     how = ("pad-content invariance with the mask passed in" if m.mode == "argument"
            else "pad-embedding invariance and right-padding equivalence with the mask built from pad_id")
-    return Finding(ID, Status.PASS, f"real tokens' outputs do not depend on padding ({how}; largest change "
-                   f"{judgement.largest:.3g} <= tolerance {m.tolerance:.3g}; a changed real token moved the others by "
-                   f"at least {control:.3g})", Location(module=""), evidence)
+    what, moved, note = ("real tokens' outputs do", "the others", "") if m.pooled is None else \
+        ("each sample's pooled output does", "it", f". Pooled by design: {pooled_out.where(m.pooled)}; "
+         f"{pooled_out.NOT_JUDGED}")
+    return Finding(ID, Status.PASS, f"{what} not depend on padding ({how}; largest change {judgement.largest:.3g} "
+                   f"<= tolerance {m.tolerance:.3g}; a changed real token moved {moved} by at least {control:.3g})"
+                   f"{note}", Location(module=""), evidence)
 
 
 def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change: torch.Tensor) -> dict:
@@ -286,15 +276,17 @@ def _evidence(m: _Measured, judgement: flow.Judgement, leak: float, leak_change:
           "embeddings_perturbed": m.perturbed}
     if m.seq2seq:
         ev["side"] = "the source is padded; every position of the decoder output is judged"
-    return ev
+    return ev if m.pooled is None else {**ev, **pooled_out.evidence(m.pooled)}
 
 
 def _leak_map(m: _Measured, leak_change: torch.Tensor) -> leak_map.LeakMap:
     roles = [["real" if r else "pad" for r in row] for row in _real_outputs(m).tolist()]
     title = ("decoder output position per sample (source padded as shown in 'layout')" if m.seq2seq
+             else "pooled output (p) per sample, _ = not judged" if m.pooled is not None
              else "output position per sample")
-    return leak_map.LeakMap("padding", title, [f"sample {i}" for i in range(SAMPLES)],
-                           [f"p{j}" for j in range(leak_change.shape[1])], leak_change.tolist(), roles, m.tolerance)
+    columns = ["p"] if m.pooled is not None else [f"p{j}" for j in range(leak_change.shape[1])]
+    return leak_map.LeakMap("padding", title, [f"sample {i}" for i in range(SAMPLES)], columns, leak_change.tolist(),
+                            roles, m.tolerance)
 
 
 def _pattern(m: _Measured, judgement: flow.Judgement, axis: str | None) -> tuple[str, str]:
@@ -361,12 +353,15 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
     real = _real_outputs(m)
     masked = torch.where(real, leak_change, torch.full_like(leak_change, -1.0))
     sample, position = divmod(int(masked.argmax()), masked.shape[1])
-    what = f"sample {sample}'s output at position {position} changed by {float(masked.max()):.3g}"
+    what = f"sample {sample}'s " + (f"output at position {position}" if m.pooled is None else
+                                    f"pooled output (pooled at {m.pooled.axis.main.where})") + \
+        f" changed by {float(masked.max()):.3g}"
     if m.equivalence is not None and m.equivalence > m.tolerance and evidence["pad_content_change"] <= m.tolerance:
         what = (f"the right-padded sample's real outputs differ from the same sequence unpadded by "
                 f"{m.equivalence:.3g}")
     message = (f"padding leak ({pattern}): {meaning}. When only padded positions changed, {what} (tolerance "
-               f"{m.tolerance:.3g}); {lm.leaks} real outputs changed. Why this pattern: {basis}.")
+               f"{m.tolerance:.3g}); {lm.leaks} {'pooled' if m.pooled is not None else 'real'} outputs changed. Why "
+               f"this pattern: {basis}.")
     evidence = {**evidence, "pattern": pattern, "pattern_basis": basis, "first_leaking_layer": m.first_layer,
                 **leak_map.evidence_of(lm)}
     found = blame(trace, m.first_layer or "", WRONG.get(pattern))
@@ -376,6 +371,10 @@ def _leak_finding(ctx, m: _Measured, judgement: flow.Judgement, evidence: dict, 
         related = (*related, Related("leak first appears", born.file, born.line, born.module))
     if m.first_layer:
         message += f" The pads first reach real outputs in layer '{m.first_layer}'."
+    step = pooled_out.leaking_pool(m.pooled, m.groups["A"], m.groups["B"], m.keep) \
+        if m.pooled is not None and not m.first_layer else None
+    if step is not None:  # no layer's real outputs moved: the pooling itself reads the pads
+        location, message = Location(step.module, step.file, step.line), message + pooled_out.through(step)
     mixing = local_mixing(born, trace.applied, mixers)
     if mixing is not None:  # a convolution or shift over positions reads the pads by design; the mask reaches scores
         return Finding(ID, Status.WARN, f"{mixing.explain()}. Measured: {message}",

@@ -7,6 +7,7 @@ import functools
 
 import torch
 
+from tfcheck.checks.shape import pooled_contract
 from tfcheck.checks.shape.declared_length import at_declared_length, pooled_note, size_text
 from tfcheck.checks.shape.stream_width import as_streams, concatenated_streams
 from tfcheck.engine.context import ModelRaised
@@ -37,7 +38,9 @@ def shape_contract(ctx) -> list[Finding]:
     the probe length and the capped maximum, and compare each
     output with (batch, length, d_model) for an encoder or attention module, (batch, length, vocab_size)
     for a decoder, (batch, target length, vocab_size) for a seq2seq model; its dtype with the
-    parameters' floating dtype; and require every value to be finite."""
+    parameters' floating dtype; and require every value to be finite. An output of one vector per sample, where the
+    recorded forward shows the model pool the sequence (tfcheck.checks.shape.pooled_contract), is judged as
+    (batch, C) instead."""
     subject = ctx.subject
     allowed, why = subject.expected_last_dims()
     param_dtype = _param_dtype(subject.model)
@@ -47,6 +50,7 @@ def shape_contract(ctx) -> list[Finding]:
     if promised is not None:  # a length the user stated and the position table does not hold: a broken promise
         sizes.append((1, promised[0]))
     unreadable: list[Finding] = []
+    outputs = []
     for batch, length in sizes:
         try:
             probe = ctx.forward(batch, length)
@@ -59,12 +63,21 @@ def shape_contract(ctx) -> list[Finding]:
             unreadable.append(Finding(ID, Status.SKIP, f"inconclusive: {reason}", evidence={
                 "batch": batch, "length": out_length, "output_shape": tuple(probe.output.shape)}))
             continue
+        outputs.append((probe.output, batch, out_length))
         verdict = _judge(probe.output, batch, out_length, allowed, why, param_dtype)
         judge = functools.partial(_judge, probe.output, batch, allowed=allowed, why=why, param_dtype=param_dtype)
         verdicts.append(at_declared_length(subject, probe.output, out_length, verdict, judge))
     if unreadable:  # said at the standard probe where it shows there (length 1 may leave no row at all)
         return [next((f for f in unreadable if f.evidence["batch"] == PROBE_BATCH), unreadable[0])]
-    return _with_head_choice(subject, _grouped(verdicts, lambda problem, f: _located(ctx, problem, f)))
+    design = pooled_contract.pooled_design(ctx) if any(map(pooled_contract.lost_length, verdicts)) else ""
+    pooled = None if isinstance(design, str) else design
+    if isinstance(design, str):  # no pooling: the failures stand, with what the recorded forward says
+        verdicts = [dataclasses.replace(v, message=v.message + design) if pooled_contract.lost_length(v) else v
+                    for v in verdicts]
+    else:
+        verdicts = [_judge(out, batch, n, (design.width,), pooled_contract.why_width(design), param_dtype, pooled=True)
+                    for out, batch, n in outputs]
+    return _with_head_choice(subject, _grouped(verdicts, lambda problem, f: _located(ctx, problem, f), pooled))
 
 
 # ----- where to change it ------------------------------------------------------------------------------
@@ -243,15 +256,17 @@ def _with_head_choice(subject, findings: list[Finding]) -> list[Finding]:
             if f.status is Status.FAIL and f.evidence.get("problem", "shape") == "shape" else f for f in findings]
 
 
-def _grouped(verdicts: list[Finding], locate) -> list[Finding]:
+def _grouped(verdicts: list[Finding], locate, pooled=None) -> list[Finding]:
     """One finding per distinct problem (the first size that shows it, the other sizes in evidence, located by
-    ``locate(problem, finding)``), or one pass that lists every size checked."""
+    ``locate(problem, finding)``), or one pass that lists every size checked (a pooled output's, by ``pooled``)."""
     problems: dict[str, list[Finding]] = {}
     for v in verdicts:
         if v.status is not Status.PASS:
             problems.setdefault(v.evidence["problem"], []).append(v)
     if not problems:
         sizes = [size_text(v.evidence) for v in verdicts]
+        if pooled is not None:
+            return [pooled_contract.passed(ID, verdicts, pooled, sizes)]
         last = verdicts[-1]
         last_dim = last.evidence["output_shape"][2]
         pooled = pooled_note(verdicts)
@@ -300,18 +315,20 @@ def _param_dtype(model) -> torch.dtype | None:
 
 
 def _judge(out: torch.Tensor, batch: int, length: int, allowed: tuple[int, ...], why: str,
-           param_dtype: torch.dtype | None) -> Finding:
+           param_dtype: torch.dtype | None, pooled: bool = False) -> Finding:
+    """One output against (batch, length, one of ``allowed``), or against (batch, ``allowed``) where ``pooled``."""
     shape = tuple(out.shape)
     last = allowed[0] if len(allowed) == 1 else (" or ".join(map(str, allowed)) if allowed else "*")
-    expected = (batch, length, last)
+    expected = (batch, last) if pooled else (batch, length, last)
     evidence = {"batch": batch, "length": length, "output_shape": shape, "expected_shape": expected,
                 "last_dim_from": why, "dtype": str(out.dtype), "problem": None}
     where = Location(module="")
-    matches = len(shape) == 3 and shape[:2] == (batch, length) and (not allowed or shape[2] in allowed)
+    matches = len(shape) == len(expected) and shape[:-1] == expected[:-1] and (not allowed or shape[-1] in allowed)
     if not matches:
         evidence["problem"] = "shape"
+        axes = "batch" if pooled else "batch, length"
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has shape {shape}; expected "
-                       f"{expected} = (batch, length, {why})" + _shape_hint(shape, batch, length, last),
+                       f"{expected} = ({axes}, {why})" + ("" if pooled else _shape_hint(shape, batch, length, last)),
                        where, evidence, row="output-shape")
     if not out.is_floating_point() or (param_dtype is not None and out.dtype != param_dtype):
         evidence["problem"] = "dtype"
@@ -324,8 +341,8 @@ def _judge(out: torch.Tensor, batch: int, length: int, allowed: tuple[int, ...],
         evidence.update(problem="non-finite", nan=n_nan, inf=n_inf, first_non_finite_index=first,
                         tolerance="0 non-finite values")
         return Finding(ID, Status.FAIL, f"at batch {batch}, length {length} the output has {n_nan} NaN and {n_inf} Inf "
-                       f"values of {out.numel()} (first at index {first}, i.e. sample {first[0]}, position "
-                       f"{first[1]})", where, evidence, row="loss-nan")
+                       f"values of {out.numel()} (first at index {first}, i.e. sample {first[0]}"
+                       + ("" if pooled else f", position {first[1]}") + ")", where, evidence, row="loss-nan")
     return Finding(ID, Status.PASS, f"batch {batch}, length {length}: {shape}", where, evidence)
 
 
