@@ -1,10 +1,12 @@
-"""Construction (tfcheck/model/build/construction.py, configs.py, recording_config.py, small_sizes.py, import_limit.py):
-the recording config, dicts given for configs, a fresh config per build, shrinking with its invariants,
+"""Construction (tfcheck/model/build/construction.py, configs.py, script_configs.py, recording_config.py,
+small_sizes.py, import_limit.py): the recording config, dicts given for configs, configs a script writes under
+__main__ or in a function, a fresh config per build, shrinking with its invariants,
 shrink=false, kwargs keys kept, the defaults built when a constructor refuses the shrunk sizes, the import time
 limit, the device argument, and the name patterns. The fixtures are tests/support/frontdoor_build/."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
 import time
@@ -20,6 +22,7 @@ from tfcheck.errors import SpecError
 from tfcheck.model.build import import_limit
 from tfcheck.model.build.construction import plan_arguments, rebuild_at_defaults
 from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.build.script_configs import script_configs
 from tfcheck.model.build.small_sizes import plan, quantity
 from tfcheck.model.facts import declarations as decl
 
@@ -98,6 +101,76 @@ def test_switches_of_a_module_level_config_are_kept_as_written():
     subject = load_subject(spec("book_style.py", "GPTModel"))
     assert subject.loaded.filled["cfg"]["qkv_bias"] is False
     assert subject.model.trf_blocks[0].attn.q.bias is None
+
+
+# ----- a config a script writes under __main__ or in a function (read, never run) ------------------------
+
+def _line_of(file: str, text: str) -> int:
+    return next(i for i, line in enumerate((HERE / file).read_text().splitlines(), 1) if text in line)
+
+
+def test_a_config_in_the_main_block_is_read_without_running_it_and_shrunk():
+    # Before: "reads cfg["qkv_bias"] ..., and no config tfcheck found has it" (the literal is never run).
+    subject = load_subject(spec("main_block_style.py", "GPTModel"))
+    loaded = subject.loaded
+    line = _line_of("main_block_style.py", "GPT_CONFIG_124M = {")
+    assert loaded.config_sources["cfg"].startswith(
+        f"GPT_CONFIG_124M (a config in the __main__ block of main_block_style.py:{line}, read from the source")
+    assert loaded.filled["cfg"]["qkv_bias"] is True  # the script's later cfg["qkv_bias"] = True
+    assert subject.model.trf_blocks[0].attn.q.bias is not None
+    assert loaded.config_filled == {"vocab_size": 101}  # tiktoken's n_vocab is no literal: a size, filled small
+    assert loaded.shrunk["emb_dim"] == (768, 32) and loaded.shrunk["n_layers"] == (12, 2)
+    stated = {a.key: a.value for a in subject.assumptions}
+    assert "the __main__ block of main_block_style.py" in str(stated["cfg built from"])
+
+
+def test_a_config_in_main_is_read_and_preferred_to_other_functions():
+    subject = load_subject(spec("main_function_style.py", "GPTModel"))
+    line = _line_of("main_function_style.py", "cfg = dict(vocab_size=50257")
+    assert subject.loaded.config_sources["cfg"].startswith(f"cfg (a config in main() of main_function_style.py:{line}")
+    assert subject.loaded.filled["cfg"]["qkv_bias"] is True  # main()'s, not smoke_test()'s
+    assert subject.model.tok_emb.embedding_dim == 32 and len(subject.model.trf_blocks) == 2
+
+
+def test_a_main_block_config_without_a_field_the_constructor_reads_or_with_it_not_a_literal_is_not_used():
+    with pytest.raises(SpecError) as info:
+        load_subject(spec("main_block_unusable.py", "GPTModel"))
+    message = str(info.value)
+    assert 'cfg["qkv_bias"]' in message and "a config literal in the __main__ block" in message
+    key, value = decl.parse_assignment(re.search(r"--set '(kwargs=.*?)'", message).group(1).replace("VALUE", "true"),
+                                       "the hint")
+    assert load_subject(spec("main_block_unusable.py", "GPTModel"), {key: value}).model.trf_blocks[0].attn.q.bias \
+        is not None
+
+
+def test_script_configs_reads_literals_in_order_and_leaves_out_what_only_running_shows(tmp_path):
+    source = tmp_path / "script.py"
+    source.write_text(
+        "from types import SimpleNamespace\n"
+        "def helper():\n"
+        "    return {'d_model': 8, 'causal': True}\n"
+        "def main():\n"
+        "    hp = SimpleNamespace(d_model=512, n_layers=args.layers, causal=args.causal)\n"
+        "    def inner():\n"
+        "        never = {'d_model': 1}\n"
+        "    spread = {**BASE, 'd_model': 4}\n"
+        "    opts = dict(d_model=64)\n"
+        "    opts.update({'bias': False}, tie=True)\n"
+        "    opts['bias'] = args.bias\n"
+        "if '__main__' == __name__:\n"
+        "    if True:\n"
+        "        cfg = {'d_model': 256, 'heads': 4}\n")
+    module_spec = importlib.util.spec_from_file_location("script_under_test", source)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    found = [(c.name, c.scope, c.line, c.fields, c.namespace) for c in script_configs(module)]
+    assert found == [
+        ("cfg", "the __main__ block", 14, {"d_model": 256, "heads": 4}, False),
+        # no literal: a size left unset (None, filled by tfcheck), a switch left out; **BASE unusable, inner() never
+        ("hp", "main()", 5, {"d_model": 512, "n_layers": None}, True),
+        ("opts", "main()", 9, {"d_model": 64, "tie": True}, False),  # bias set later from args: left out
+        ("what helper() returns", "helper()", 3, {"d_model": 8, "causal": True}, False)]
+    assert vars(script_configs(module)[1].make()) == {"d_model": 512, "n_layers": None}
 
 
 # ----- a fresh config per build ------------------------------------------------------------------------

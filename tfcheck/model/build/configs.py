@@ -3,9 +3,10 @@
 In order: a Hugging Face ``config_class``; the parameter's annotation; then, from what the constructor reads
 (a recording pass with tfcheck.model.build.recording_config), a config class defined in or imported into the model's
 module whose fields cover those names; the model's ``get_default_config()``; a module-level config dict or
-instance that has them all; a config class taking ``**kwargs``; and last the recording config itself, holding
-only the names read. Nothing here is keyed on a class, file or repository name: a candidate is chosen by the
-names it has.
+instance that has them all; a config literal in the ``__main__`` block or a module-level function that has them
+all, read without running it (script_configs.py); a config class taking ``**kwargs``; and last the recording
+config itself, holding only the names read. Nothing here is keyed on a class, file or repository name: a candidate
+is chosen by the names it has.
 
 Every source makes a fresh config per call (``ConfigSource.make``): a constructor that mutates its config
 (minGPT's merge_from_dict) gets its own for the size guard's meta build and for the real one.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Mapping
@@ -24,6 +26,7 @@ from tfcheck.model.build import names
 from tfcheck.model.build.config_source import ConfigSource
 from tfcheck.model.build.hf_configs import hugging_face_source
 from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object
+from tfcheck.model.build.script_configs import script_configs
 from tfcheck.model.build.small_sizes import SMALL_VALUES, is_unset, plan, quantity
 from tfcheck.model.build.user_code import user_code
 
@@ -63,7 +66,8 @@ def config_for(origin: Any, param: inspect.Parameter, given: Mapping[str, Any] |
     module = sys.modules.get(getattr(origin, "__module__", None) or "")
     if needed and module is not None:
         for source in (_covering_class(module, needed, given, shrink), _default_config(origin, given, shrink),
-                       _module_level(module, needed, given, shrink), _kwargs_class(module, needed, given, shrink)):
+                       _module_level(module, needed, given, shrink), _script_level(module, needed, given, shrink),
+                       _kwargs_class(module, needed, given, shrink)):
             if source is not None:
                 return source
     elif needed:
@@ -286,20 +290,39 @@ def _module_level(module: Any, needed: set[str], given: Mapping[str, Any], shrin
                 isinstance(value, nn.Module):
             continue
         fields = _instance_fields(value)
-        if not fields or not needed <= set(fields):
-            continue
-        values = {n: v for n, v in fields.items() if quantity(n, fields) is not None}
-        values.update({k: v for k, v in given.items() if quantity(k, fields) is not None})
-        changes = plan(values, [n for n in values if n not in given], shrink)
-        settings = {**changes, **{k: to_config_object(v) for k, v in given.items()}}
-
-        def make(value: Any = value, settings: dict[str, Any] = settings) -> Any:
-            config = copy.deepcopy(value)
-            apply(config, copy.deepcopy(settings))
-            return config
-
-        return _source(f"{name} (a module-level config in {_module_label(module)})", make, values, changes, [])
+        if fields and needed <= set(fields):
+            return _instance_source(f"{name} (a module-level config in {_module_label(module)})",
+                                    functools.partial(copy.deepcopy, value), fields, given, shrink)
     return None
+
+
+def _script_level(module: Any, needed: set[str], given: Mapping[str, Any], shrink: bool) -> ConfigSource | None:
+    """A config literal in the module's __main__ block or a module-level function with every name the constructor
+    reads, read from the source without running it (tfcheck.model.build.script_configs), then as a module-level
+    config: its sizes shrunk, its switches kept as written."""
+    for found in script_configs(module):
+        if needed <= set(found.fields):
+            where = (f"{found.name} (a config in {found.scope} of {_module_label(module)}:{found.line}, read from "
+                     "the source without running it)")
+            return _instance_source(where, found.make, found.fields, given, shrink)
+    return None
+
+
+def _instance_source(where: str, fresh: Callable[[], Any], fields: Mapping[str, Any], given: Mapping[str, Any],
+                     shrink: bool) -> ConfigSource:
+    """A config instance (``fresh()`` makes a copy of it, ``fields`` are its fields) with its sizes shrunk, its
+    unset ones filled and the user's keys set."""
+    values = {n: v for n, v in fields.items() if quantity(n, fields) is not None}
+    values.update({k: v for k, v in given.items() if quantity(k, fields) is not None})
+    changes = plan(values, [n for n in values if n not in given], shrink)
+    settings = {**changes, **{k: to_config_object(v) for k, v in given.items()}}
+
+    def make() -> Any:
+        config = fresh()
+        apply(config, copy.deepcopy(settings))
+        return config
+
+    return _source(where, make, values, changes, [])
 
 
 def _module_label(module: Any) -> str:
@@ -329,8 +352,9 @@ def missing_field_message(origin: Any, spec: str, param: str, missed: str, recor
                    f"{name}(SimpleNamespace({keywords}))")
     return (f"constructing {spec} reads {read}{where}, and no config tfcheck found has it (it looked for the "
             f"annotation of {param!r}, a config class in the module whose fields cover what the constructor reads, "
-            "a get_default_config() method and a module-level config). tfcheck fills only sizes, counts, dropout "
-            f"rates and special ids, never a switch, so say its value with the 'kwargs' declaration (its keys are "
+            "a get_default_config() method, a module-level config and a config literal in the __main__ block or a "
+            "module-level function). tfcheck fills only sizes, counts, dropout rates and special ids, never a "
+            "switch, so say its value with the 'kwargs' declaration (its keys are "
             f"merged over the small sizes): --set 'kwargs={{\"{param}\": {hint_text}}}' with VALUE the value the "
             f"model is meant to have (true / false, a number or a \"string\"); or point the spec at a factory:\n"
             f"    {factory}")
