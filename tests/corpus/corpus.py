@@ -38,10 +38,6 @@ CORPUS: dict[str, Member] = {
                              {"kind": "decoder"}),
 }
 
-UNKNOWN_KIND = ("causal= is a constructor argument the model does not keep: nothing says whether it is causal, so "
-                "the leak a bidirectional model shows is a warning that names the declaration (kind=encoder)")
-NO_SOFTMAX_SCORES = ("no (length, length) softmax scores: the attention is a kernel or feature-map approximation "
-                     "(no softmax over the keys is ever formed), so the first attention cannot be read: inconclusive")
 LINEAR_FEATURE_MAPS = ("efficient attention softmaxes q over its features and k over the sequence as feature maps "
                        "(k.softmax(dim=-2)), of projection outputs: no softmax normalises a product of two "
                        "activations, so there is no attention site, inconclusive")
@@ -65,17 +61,9 @@ EXPLAINED: dict[tuple[str, str], str] = {
     ("perceiver-lm", "shape.residual"): (
         "Perceiver IO's decoder cross-attention has no residual by design (the output queries are a fresh "
         "array read out of the latents): true of the code"),
-    ("perceiver-lm", "mask.causal"): UNKNOWN_KIND,
-    ("perceiver-lm", "position.sensitivity"): (
-        "the tokens attend to a latent array, never to each other: there are no (length, length) scores to "
-        "read, inconclusive"),
-    ("linear-attention", "mask.causal"): UNKNOWN_KIND,
-    ("linear-attention", "position.sensitivity"): NO_SOFTMAX_SCORES,
     ("linear-attention", "attention.heads"): LINEAR_FEATURE_MAPS,
     ("linear-attention", "attention.scale"): LINEAR_FEATURE_MAPS,
     ("linear-attention", "attention.softmax_axis"): LINEAR_FEATURE_MAPS,
-    ("performer", "mask.causal"): UNKNOWN_KIND,
-    ("performer", "position.sensitivity"): NO_SOFTMAX_SCORES,
     ("performer", "attention.heads"): "FAVOR+ random-feature attention has no softmax: no attention site",
     ("performer", "attention.scale"): "FAVOR+ random-feature attention has no softmax: no attention site",
     ("performer", "attention.softmax_axis"): "FAVOR+ random-feature attention has no softmax: no attention site",

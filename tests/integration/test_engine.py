@@ -132,7 +132,16 @@ def test_module_that_fails_to_import_names_its_file_and_line(tmp_path, monkeypat
 def test_forward_argument_tfcheck_cannot_build_says_which_declaration_to_give():
     with pytest.raises(UsageError) as info:
         tfcheck.run_checks("zoo:NeedsExtraInput")
-    assert "speaker_embedding" in str(info.value) and "inputs=module:factory" in str(info.value)
+    assert "speaker_embedding" in str(info.value) and "extra=module:factory" in str(info.value)
+
+
+def test_the_extra_declaration_the_hint_names_feeds_the_model_and_keeps_the_token_checks():
+    def extra(batch, length):
+        return {"speaker_embedding": torch.zeros(batch, length, 32)}
+
+    report = tfcheck.run_checks("zoo:NeedsExtraInput", extra=extra)
+    assert set(statuses(report).values()) == {Status.PASS}, str(report)
+    assert {"batch.independence", "position.sensitivity", "attention.heads"} <= set(statuses(report)), str(report)
 
 
 def test_inputs_factory_declaration_feeds_the_model():

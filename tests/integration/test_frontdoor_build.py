@@ -15,7 +15,6 @@ from tfcheck import Status
 from tfcheck.engine.runner import load_subject
 
 HERE = Path(__file__).resolve().parents[1] / "support" / "frontdoor_build"
-UNKNOWN_KIND = "nothing says the model is an encoder or a decoder: the kind is unknown and the leak only warns"
 
 
 def spec(file: str, attr: str) -> str:
@@ -31,23 +30,23 @@ class Convention:
     source: str  # a piece of where the config came from ("" when the constructor takes no config)
     #: check -> why the correct model warns there (and must)
     explained: dict[str, str] = field(default_factory=dict)
-    #: the defect warns rather than fails (the kind is unknown, so a leak cannot be called a failure)
-    defect_warns: bool = False
 
 
 CONVENTIONS = {
     "nanogpt-dataclass": Convention("nanogpt_style.py", "GPT", "LeakyGPT", "mask.causal", "GPTConfig (a config class"),
     "llama-model-args": Convention("llama_style.py", "Transformer", "LeakyTransformer", "mask.causal",
-                                   "ModelArgs (a config class", defect_warns=True),
+                                   "ModelArgs (a config class"),
     "mingpt-default-config": Convention("mingpt_style.py", "GPT", "LeakyGPT", "mask.causal",
                                         "GPT.get_default_config()"),
     "classmethod-default-config": Convention(
         "default_config_encoder.py", "TextEncoder", "MisscaledTextEncoder", "attention.scale",
-        "TextEncoder.get_default_config()", explained={"mask.causal": UNKNOWN_KIND}),
+        "TextEncoder.get_default_config()"),
     "book-module-dict": Convention("book_style.py", "GPTModel", "LeakyGPTModel", "mask.causal",
-                                   "GPT_CONFIG_124M (a module-level config", defect_warns=True),
+                                   "GPT_CONFIG_124M (a module-level config"),
+    "main-block-dict": Convention("main_block_style.py", "GPTModel", "LeakyGPTModel", "mask.causal",
+                                  "GPT_CONFIG_124M (a config in the __main__ block"),
     "module-level-instance": Convention("book_instance_style.py", "Encoder", "MisscaledEncoder", "attention.scale",
-                                        "HP (a module-level config", explained={"mask.causal": UNKNOWN_KIND}),
+                                        "HP (a module-level config"),
     "annotated-make-model": Convention("annotated_style.py", "make_model", "make_leaky_model", "mask.causal", ""),
     "positional-names": Convention("positional_names_style.py", "Transformer", "LeakyTransformer", "mask.causal", ""),
     "pattern-names-large-defaults": Convention(
@@ -89,7 +88,8 @@ def test_it_is_built_small_and_says_how(name):
 def test_one_defect_is_caught_by_the_right_check(name):
     c = CONVENTIONS[name]
     result = tfcheck.run_checks(spec(c.file, c.defective), only=[c.catches]).models[0].result(c.catches)
-    assert result.status is (Status.WARN if c.defect_warns else Status.FAIL), result
+    # the kind is never declared: a decoder says it is one in its source, so its leak fails
+    assert result.status is Status.FAIL, result
     if c.catches == "mask.causal":
         assert "causal leak" in result.findings[0].message
 

@@ -521,7 +521,7 @@ BAD_INPUT = [
     case("constructor-raises", "zoo:ConstructorRaises", (), EXIT_USAGE, "load",
          "d_model must be divisible by num_heads"),
     case("forward-inputs-unknown", "zoo:NeedsExtraInput", (), EXIT_USAGE, "load",
-         "requires argument 'speaker_embedding', which tfcheck cannot build. Declare inputs=module:factory"),
+         "requires argument 'speaker_embedding', which tfcheck cannot build. Declare it with extra"),
     case("lazy-parameters", "strange.py:LazyHead", (), EXIT_USAGE, "load",
          ("has uninitialised (lazy) parameters: head.weight, head.bias", "Run one forward on a dummy batch")),
     case("factory-on-meta", "strange.py:built_on_meta", (), EXIT_USAGE, "load",

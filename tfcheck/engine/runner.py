@@ -298,8 +298,8 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
             ctx.settle()
             # A fact the trial settled (the padding mask read from the forward's structure) may take it out.
             why_not = chk.not_applicable(ctx.subject) if chk.id != SMOKE else None
-            if why_not is not None:
-                return [why_not.finding(chk.id)]
+            if why_not is not None:  # said among the assumptions, as for a check known not to apply beforehand
+                return [ctx.not_applicable(chk.id, why_not.reason)]
             findings = ctx.run_flow_check(chk) if chk.flow else list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]

@@ -70,10 +70,11 @@ def inputs_for(subject: ModelUnderTest, primary: torch.Tensor, target: torch.Ten
     given_keep = keep is not None
     if keep is None:
         keep = torch.ones(primary.shape[:2], dtype=torch.bool, device=primary.device)
-    args, kwargs = [], {}
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
     plan = subject.facts.call_plan or []
     for name, role in plan:
-        value = plan_value(subject, role, primary, target, keep)
+        value = plan_value(subject, role, primary, target, keep, name or positional_name(subject, len(args)))
         if name is None:
             args.append(value)
         else:
@@ -87,18 +88,58 @@ def inputs_for(subject: ModelUnderTest, primary: torch.Tensor, target: torch.Ten
 
 
 def plan_value(subject: ModelUnderTest, role: str, primary: torch.Tensor, target: torch.Tensor | None,
-               keep: torch.Tensor) -> torch.Tensor:
+               keep: torch.Tensor, name: str | None = None) -> Any:
     """The tensor a call-plan role gets."""
     if role in ("tokens", "lm_targets", "features"):
         return primary
     if role == "causal_mask":
         decoder_input = target if target is not None else primary
         return causal_mask_value(subject, decoder_input.shape[0], decoder_input.shape[1], decoder_input.device)
+    if role == "fixed":
+        return extra_value(subject, primary.shape[0], primary.shape[1], name)
     if role.startswith("target"):
         if target is None:
             raise UsageError(f"{subject.spec} takes a target input; give inputs_for() a target tensor")
         return target
     return mask_value(subject, keep)  # the required mask argument
+
+
+def positional_name(subject: ModelUnderTest, index: int) -> str | None:
+    """The forward parameter at a positional slot (the call plan's positional slots are its first parameters)."""
+    params = list(forward_params(subject.model))
+    return params[index] if index < len(params) else None
+
+
+def extra_value(subject: ModelUnderTest, batch: int, length: int, name: str | None) -> Any:
+    """A forward argument the ``extra`` declaration holds fixed: its value, or what its factory makes for this
+    probe's (batch, length)."""
+    extra = subject.facts.extra
+    if callable(extra):
+        made = call_extra_factory(extra, batch, length, subject.spec)
+        if name not in made:
+            raise UsageError(f"the 'extra' factory for {subject.spec} returned no {name!r} (it returned "
+                             f"{', '.join(map(repr, made)) or 'nothing'}); return every argument forward requires "
+                             "besides the tokens")
+        return on_device(subject.device, (), {name: made[name]})[1][name]
+    if not isinstance(extra, dict) or name not in extra:
+        raise UsageError(f"{subject.spec}: the 'extra' declaration gives no {name!r}")
+    return extra[name]
+
+
+def call_extra_factory(factory: Any, batch: int, length: int, spec: str) -> dict:
+    try:
+        with user_code():
+            made = factory(batch, length)
+    except Exception as exc:
+        frame = innermost_user_frame(exc)
+        at = f" ({short_path(frame.filename)}:{frame.lineno})" if frame is not None else ""
+        raise UsageError(f"the 'extra' factory for {spec} raised {type(exc).__name__}: {exc}{at} when called as "
+                         f"factory(batch={batch}, length={length}); it must take (batch, length) and return a dict "
+                         "of forward arguments") from None
+    if not isinstance(made, dict):
+        raise UsageError(f"the 'extra' factory for {spec} returned {type(made).__name__}; it must return a dict of "
+                         "forward arguments, e.g. return {'start_pos': 0}")
+    return made
 
 
 def known_size(subject: ModelUnderTest, fact: str) -> int:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 from tfcheck import progress
+from tfcheck.model.facts.call_plan import roles_by_parameter
 from tfcheck.model.facts.label_convention import LABEL_ARGS
 from tfcheck.model.inputs import batch_length
 from tfcheck.report.findings import Location
@@ -157,8 +158,9 @@ def label_argument(subject) -> LabelArgument | None:
     except (TypeError, ValueError):
         return None
     stated = subject.facts.label_shift
+    decoder_inputs = {n for n, role in roles_by_parameter(subject).items() if role.startswith("target")}
     for name, shifted_by in LABEL_ARGS.items():
-        if name in names:
+        if name in names and name not in decoder_inputs:  # forward(src, targets): the decoder input, not labels
             if stated is None:
                 return LabelArgument(name, shifted_by)
             return LabelArgument(name, stated, subject.facts.sources.get("label_shift"))

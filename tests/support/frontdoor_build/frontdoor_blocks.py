@@ -29,6 +29,7 @@ class Attention(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.scale = 1.0 / math.sqrt(self.d_k)
         self.causal, self.decoder_self, self.ignore_mask = causal, decoder_self, False
+        self.forgets_future = False  # the defect: built causal, the look-ahead mask never applied
 
     def forward(self, x, memory=None, mask=None):
         b, t, _ = x.shape
@@ -39,7 +40,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
         scores = (q @ k.transpose(-2, -1)) * self.scale
-        if self.causal:
+        if self.causal and not self.forgets_future:
             future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
         if mask is not None and not self.ignore_mask:
@@ -90,7 +91,7 @@ def leak(model: nn.Module) -> nn.Module:
     """The defect for a decoder: its self-attention sees the future (no look-ahead mask)."""
     for m in model.modules():
         if isinstance(m, Attention) and m.decoder_self:
-            m.causal, m.ignore_mask = False, True
+            m.forgets_future, m.ignore_mask = True, True  # its switch still says causal
     return model
 
 

@@ -6,6 +6,9 @@ Each rule is proven on fixtures of two naming styles (tests/support/frontdoor_ca
 report has no FAIL and each WARN is justified here; a copy with one defect is caught by the right check."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
@@ -85,11 +88,12 @@ def test_the_batch_first_mismatch_still_fails_batch_independence():
 
 @pytest.mark.parametrize("name", ["WordLanguageModelMaskOffByOne", "TutorialSeqFirstLMWithoutMask"])
 def test_a_sequence_first_lm_with_a_broken_own_mask_shows_the_leak(name):
-    # Their kind is unknown (nothing in the signature says decoder), but each builds a look-ahead mask in its
-    # forward (one shifted by one, one never passed on): the mask-building code says causal, so the leak fails.
+    # Their kind is unknown (nothing in the signature says decoder), but each builds a look-ahead mask (one
+    # shifted by one, one never passed on): the mask-building code says causal, so the leak fails.
     report = tfcheck.run_checks(getattr(seqfirst, name), only=["mask.causal"])
     assert "causal leak" in findings(report, Status.FAIL)["mask.causal"]
-    assert any("forward builds a look-ahead mask itself" in source for _, source in assumed(report, "causal"))
+    assert any("forward builds a look-ahead mask itself" in source or "a triangle built with" in source
+               for _, source in assumed(report, "causal"))
 
 
 # ----- padding masks built inside from the pad ids ---------------------------------------------------------
@@ -236,18 +240,116 @@ class RequiresASpeaker(nn.Module):
         return self.head(self.embed(x) + speaker[:, None, :])
 
 
-def speaker_inputs(batch, length):
-    return (torch.randint(0, 101, (batch, length)), torch.randn(batch, 32)), {}
+def speaker_extra(batch, length):
+    return {"speaker": torch.randn(batch, 32)}
 
 
 @pytest.mark.parametrize("model, said, declared", [
     (DecoderInputWithOneEmbedding, "declare kind=seq2seq", {"kind": "seq2seq"}),
     (RequiresABiasMask, "declare causal_mask=attn_bias_mask", {"causal_mask": "attn_bias_mask"}),
     (RequiresABiasMask, "mask=attn_bias_mask:keep", {"mask": "attn_bias_mask:keep"}),
-    (RequiresASpeaker, "Declare inputs=module:factory", {"inputs": speaker_inputs}),
+    (RequiresASpeaker, "extra=module:factory", {"extra": speaker_extra}),
+    (RequiresASpeaker, "extra='{\"speaker\": VALUE}'", {"extra": speaker_extra}),
 ])
 def test_a_forward_tfcheck_cannot_call_names_a_declaration_that_works(model, said, declared):
-    with pytest.raises(SpecError, match=said):
+    with pytest.raises(SpecError, match=re.escape(said)):
         load_subject(model, {})
     report = tfcheck.run_checks(model, only=["forward.smoke"], **declared)
     assert "forward.smoke" in findings(report, Status.PASS)
+
+
+TOKEN_CHECKS = ("batch.independence", "mask.causal", "position.sensitivity", "attention.heads")
+
+
+def test_extra_arguments_are_held_fixed_and_every_token_check_still_runs():
+    # The hint's declaration, followed: the speaker is made per probe (its batch axis follows the probe's), the
+    # tokens are still tfcheck's to perturb, so no token check is switched off (as inputs= would).
+    report = tfcheck.run_checks(RequiresASpeaker, extra=speaker_extra).models[0]
+    ran = {r.check for r in report.results}
+    assert set(TOKEN_CHECKS) - {"attention.heads"} <= ran, report  # this model has no attention to split
+    off = {a.value for a in report.assumptions if a.key == "not applicable"}
+    assert not off & set(TOKEN_CHECKS), off
+    assert not [r.check for r in report.results if r.status in (Status.FAIL, Status.ERROR)], report
+
+
+class StartsAt(nn.Module):
+    """llama's forward(tokens, start_pos): a causal decoder whose positions start at start_pos."""
+
+    def __init__(self, leaks=False):
+        super().__init__()
+        self.embed, self.pos, self.head = nn.Embedding(101, 32), nn.Embedding(64, 32), nn.Linear(32, 101)
+        self.leaks = leaks
+
+    def forward(self, tokens, start_pos: int):
+        t = tokens.size(1)
+        h = self.embed(tokens) + self.pos(torch.arange(start_pos, start_pos + t))
+        scores = h @ h.transpose(1, 2) / 32 ** 0.5
+        future = torch.ones(t, t, dtype=torch.bool).triu(2 if self.leaks else 1)
+        return self.head(scores.masked_fill(future, float("-inf")).softmax(-1) @ h)
+
+
+def test_a_required_start_position_is_given_as_zero_and_stated():
+    report = tfcheck.run_checks(StartsAt).models[0]
+    start = next(a for a in report.assumptions if a.key == "start_pos")
+    assert start.value == 0 and "start position" in start.source and "extra=" in start.source
+    assert report.result("mask.causal").status is Status.PASS, report
+    leaky = tfcheck.run_checks(StartsAt(leaks=True), only=["mask.causal"]).models[0]
+    assert leaky.result("mask.causal").status is Status.FAIL, leaky
+    declared = tfcheck.run_checks(StartsAt, only=["forward.smoke"], extra='{"start_pos": 5}').models[0]
+    assert declared.result("forward.smoke").status is Status.PASS
+
+
+def test_a_tensor_of_positions_is_never_read_as_a_start_position():
+    class TakesPositions(StartsAt):
+        def forward(self, tokens, start_pos: torch.Tensor):
+            return super().forward(tokens, int(start_pos))
+
+    with pytest.raises(SpecError, match="extra="):
+        load_subject(TakesPositions, {})
+
+
+class LabelsBesideTwoTables(nn.Module):
+    """A decoder-only training forward(idx, targets) with a token and a position table (no max length stated):
+    two embeddings, a required loss target, which the trial shows are labels (the output keeps idx's length)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe, self.head = nn.Embedding(101, 32), nn.Embedding(64, 32), nn.Linear(32, 101)
+
+    def forward(self, idx, targets):
+        t = idx.size(1)
+        h = self.wte(idx) + self.wpe(torch.arange(t))
+        future = torch.ones(t, t, dtype=torch.bool).triu(1)
+        logits = self.head((h @ h.transpose(1, 2)).masked_fill(future, float("-inf")).softmax(-1) @ h)
+        return logits, nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_required_targets_are_labels_unless_the_output_follows_their_length():
+    report = tfcheck.run_checks(LabelsBesideTwoTables, only=["forward.smoke"]).models[0]
+    targets = next(a for a in report.assumptions if a.key == "targets")
+    # its loss cannot take targets of another length: the forward raises, and the reading falls back to labels
+    assert "labels" in str(targets.value) and "raised" in targets.source, targets
+    assert report.result("forward.smoke").status is Status.PASS, report
+    assert all(a.value != "seq2seq" for a in report.assumptions if a.key == "kind")  # no longer read as seq2seq
+    seq2seq = tfcheck.run_checks(HANDWRITTEN_SEQ2SEQ, only=["forward.smoke"]).models[0]
+    decoder_input = next(a for a in seq2seq.assumptions if a.key == "targets")
+    assert "decoder input" in str(decoder_input.value) and "follows its length" in decoder_input.source
+
+
+HANDWRITTEN_SEQ2SEQ = str(Path(__file__).resolve().parents[2] / "corpus" / "handwritten" / "targets_seq2seq.py") + \
+    ":Transformer"
+
+
+class InferenceOnly(StartsAt):
+    @torch.inference_mode()
+    def forward(self, tokens, start_pos: int):
+        return super().forward(tokens, start_pos)
+
+
+def test_a_forward_decorated_inference_only_is_not_trained_and_says_why():
+    report = tfcheck.run_checks(InferenceOnly).models[0]
+    off = {a.value: a.source for a in report.assumptions if a.key == "not applicable"}
+    for check in ("train.grad_flow", "train.overfit_batch"):
+        assert "inference_mode" in off[check], off
+    trained = {r.check for r in tfcheck.run_checks(StartsAt).models[0].results}
+    assert {"train.grad_flow", "train.overfit_batch"} <= trained  # the same model, trainable

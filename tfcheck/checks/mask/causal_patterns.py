@@ -30,6 +30,7 @@ from tfcheck.checks.mask.causal_masks import (
     site_problem,
     triangle,
 )
+from tfcheck.checks.mask.causal_nodes import Node
 from tfcheck.checks.mask.causal_trace import CausalTrace
 
 #: pattern -> (troubleshooting row, what it means); "diagonal off by K" for K >= 2 is ``describe``'s.
@@ -169,7 +170,7 @@ def _built(applied: list[Applied], layer: str | None) -> tuple[Place | None, lis
                 return None, [], f"the mask is {a.source}, made before the forward: its construction line is not " \
                                  "recorded"
             continue
-        node = entering(a.mask, layer)
+        node = pattern_origin(entering(a.mask, layer))
         own = node.own if node.own[0] else node.where
         more = []
         if node.where != own and node.file:
@@ -179,6 +180,22 @@ def _built(applied: list[Applied], layer: str | None) -> tuple[Place | None, lis
                   "not recorded") if leaves else None
         return _place("mask built", own, node.module), more, reason
     return None, [], None
+
+
+#: Ops that move or retype a mask's values without choosing them: the line that chose the pattern is before them.
+_RESHAPING = frozenset({"expand", "expand_as", "view", "reshape", "unsqueeze", "squeeze", "repeat", "bool", "float",
+                        "to", "type_as", "contiguous", "broadcast_to", "long", "int", "half"})
+
+
+def pattern_origin(node: Node) -> Node:
+    """The op that chose a mask's pattern: ``torch.ones(t, t)`` rather than the ``.expand(b, 1, t, t)`` that laid it
+    out for the scores (walked back through reshaping ops to a parent made in the model's code)."""
+    while node.op.rsplit(".", 1)[-1] in _RESHAPING:
+        parents = [p for p in node.parents if p is not None and p.masky and p.file]
+        if len(parents) != 1:
+            break
+        node = parents[0]
+    return node
 
 
 def diagnose(trace: CausalTrace, layer: str | None, layer_map: torch.Tensor | None, tol: float) -> Diagnosis:

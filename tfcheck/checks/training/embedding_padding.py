@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from tfcheck.checks.training.inference_only import inference_only_design
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.build.names import PAD_ID
 from tfcheck.probe.flow import change_per_position, tolerance
@@ -24,6 +25,8 @@ DELTA = 1.0
 
 
 def _not_applicable(subject) -> NotApplicable | None:
+    if (why := inference_only_design(subject)) is not None:
+        return why
     if subject.facts.takes_features or subject.facts.inputs is not None:
         return NotApplicable("the model does not take token ids")
     if subject.facts.pad_id is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tfcheck.checks.training.inference_only import inference_only_design
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.build.construction_sites import model_line
 from tfcheck.model.inputs import PROBE_BATCH
@@ -33,8 +34,8 @@ ZERO_SHARE = 1e-12
 
 @check(ID, "one backward gives every trainable parameter a finite gradient",
        rows=("param-gets-no-gradient", "gradient-only-through-indices", "gradient-not-finite"), order=86,
-       applies=lambda s: None if any(p.requires_grad for p in s.model.parameters()) else
-       NotApplicable("every parameter is frozen (requires_grad=False): there is no gradient to flow"))
+       applies=lambda s: inference_only_design(s) or (None if any(p.requires_grad for p in s.model.parameters()) else
+       NotApplicable("every parameter is frozen (requires_grad=False): there is no gradient to flow")))
 def train_grad_flow(ctx) -> list[Finding]:
     """One forward with the graph kept (the probe inputs) and one backward of sum_i <output_i, R_i> over
     the float outputs, R_i fixed random. A parameter with no gradient (autograd.grad gives None: not in

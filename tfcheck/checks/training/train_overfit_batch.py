@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from tfcheck.checks.training.inference_only import inference_only_design
 from tfcheck.engine.registry import check
 from tfcheck.probe.schedules import sparkline
 from tfcheck.probe.training import (
@@ -40,7 +41,7 @@ def _settled(losses: list[float]) -> bool:
 
 
 @check(ID, "a few dozen optimiser steps on one small batch drive the loss down", rows=("cannot-overfit-one-batch",),
-       kinds=("encoder", "decoder", "seq2seq", None), order=90, group="training")
+       kinds=("encoder", "decoder", "seq2seq", None), order=90, group="training", applies=inference_only_design)
 def train_overfit_batch(ctx) -> list[Finding]:
     """Copy the model (eval mode: dropout off) and take up to train_steps Adam steps (default 30, lr 1e-2) on
     one batch of 4 x 8: the model's own loss when it takes labels / targets, else cross-entropy against

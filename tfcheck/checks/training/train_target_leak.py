@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from tfcheck.checks.training.inference_only import inference_only_design
 from tfcheck.checks.training.target_readout import Readout, read_targets
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.probe.training import (
@@ -52,6 +53,8 @@ SUSPECT_SHARE = 0.9
 
 
 def _not_applicable(subject) -> NotApplicable | None:
+    if (why := inference_only_design(subject)) is not None:
+        return why
     if label_argument(subject) is None:
         return NotApplicable("the model does not compute its own loss (no labels / targets argument in forward); "
                              "the loss you compute from its output is yours to shift")

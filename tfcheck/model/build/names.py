@@ -176,6 +176,10 @@ FORWARD_ARG_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"(tgt|trg)(_?[a-z]+)*", "decoder input"),
     (r"dec(oder)?_?in(p|put|puts)?(_?[a-z]+)*", "decoder input"),
 )
+#: A required forward argument that says where the sequence starts in a cache (llama's forward(tokens,
+#: start_pos)): an int, 0 for a probe that starts at the beginning.
+START_POSITION_ARGS = ("start_pos", "start_position", "start_index", "pos_offset", "position_offset", "offset",
+                       "past_length", "past_len", "seqlen_offset", "cache_offset")
 #: Forward arguments that take a padding mask (convention unknown unless the name says it).
 MASK_ARGS = ("mask", "attention_mask", "src_mask", "key_padding_mask", "src_key_padding_mask", "pad_mask",
              "padding_mask")

@@ -12,8 +12,9 @@ import inspect
 from typing import TYPE_CHECKING
 
 from tfcheck.errors import SpecError
-from tfcheck.model.build.names import LOSS_TARGET_ARGS, TARGET_ARGS
+from tfcheck.model.build.names import LOSS_TARGET_ARGS, START_POSITION_ARGS, TARGET_ARGS
 from tfcheck.model.facts.required_inputs import required_at_runtime
+from tfcheck.model.facts.structure import forward_params
 from tfcheck.model.facts.targets import decoder_input, pattern_role
 from tfcheck.model.facts.under_test import mask_spec
 from tfcheck.report.report import Assumption
@@ -51,10 +52,42 @@ def plan_calls(subject: ModelUnderTest, params: dict[str, inspect.Parameter], fe
             subject.assumptions.append(Assumption(
                 "targets", "the input tokens", "forward takes targets=None (nanoGPT convention: without "
                 "targets only the last position's logits come back)"))
+        elif declared_extra(facts.extra, name, required):
+            plan.append((slot, "fixed"))
+        elif required and start_position(param) and facts.extra is None:
+            facts.extra = {name: 0}
+            plan.append((slot, "fixed"))
+            subject.assumptions.append(Assumption(
+                name, 0, f"forward requires {name} (a start position): every probe starts at the beginning, held "
+                         f"fixed while the tokens are perturbed (declare extra='{{\"{name}\": N}}' to change it)"))
         elif required:
             raise SpecError(cannot_build(subject, name, items))
     refuse_runtime_required(subject, items, plan, mask.argument)
     return plan
+
+
+def declared_extra(extra: object, name: str, required: bool) -> bool:
+    """Whether the declared ``extra`` gives this parameter: a key of its object, or (a factory) any required one."""
+    if isinstance(extra, dict):
+        return name in extra
+    return callable(extra) and required
+
+
+def start_position(param: inspect.Parameter) -> bool:
+    """A start position by name, an int (or unannotated): never a tensor of positions."""
+    annotation = param.annotation
+    return param.name in START_POSITION_ARGS and annotation in (inspect.Parameter.empty, int, "int")
+
+
+def roles_by_parameter(subject: ModelUnderTest) -> dict[str, str]:
+    """Forward parameter -> its call-plan role; the positional slots are the forward's first parameters, in order."""
+    params, positional, roles = list(forward_params(subject.model)), 0, {}
+    for slot, role in subject.facts.call_plan or ():
+        name = slot if slot is not None else (params[positional] if positional < len(params) else None)
+        positional += slot is None
+        if name is not None:
+            roles[name] = role
+    return roles
 
 
 def refuse_runtime_required(subject: ModelUnderTest, items: list[tuple[str, inspect.Parameter]], plan: list[PlanSlot],
@@ -106,9 +139,8 @@ def cannot_build(subject: ModelUnderTest, name: str, items: list[tuple[str, insp
         return (f"{where}, named as a mask, which tfcheck cannot build without its role: declare "
                 f"causal_mask={name} if it takes the look-ahead mask the caller builds, or mask={name}:keep if it "
                 "is the padding mask (True = real token)")
-    inputs = ", ".join(n for n, p in items if p.default is inspect.Parameter.empty)
-    return (f"{where}, which tfcheck cannot build. Declare inputs=module:factory (fn(batch, length) -> (args, "
-            f"kwargs)) that builds every required argument ({inputs}), e.g.\n"
+    return (f"{where}, which tfcheck cannot build. Declare it with extra, held fixed while tfcheck builds and "
+            f"perturbs the tokens (every token check still runs): extra='{{\"{name}\": VALUE}}' for a value, or "
+            "extra=module:factory for tensors, e.g.\n"
             "    def factory(batch, length):\n"
-            "        tokens = torch.randint(0, VOCAB, (batch, length))\n"
-            f"        return (tokens, ...), {{}}  # {name} and the others, in forward's order")
+            f"        return {{\"{name}\": torch.zeros(batch, length)}}  # as the model's caller builds it")

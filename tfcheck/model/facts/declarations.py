@@ -188,6 +188,12 @@ def _callable_or_spec(v: Any) -> Any:
     raise ValueError("expected a callable or a 'module:function' spec")
 
 
+def _extra(v: Any) -> Any:
+    """A dict (or a JSON object), else a callable or a 'module:function' spec."""
+    return _kwargs(v) if isinstance(v, dict) or (isinstance(v, str) and v.lstrip().startswith("{")) \
+        else _callable_or_spec(v)
+
+
 def _accept(v: Any) -> dict[str, str]:
     if isinstance(v, str):
         # CLI syntax: CHECK_ID:REASON[,CHECK_ID:REASON...]; a reason is required.
@@ -302,6 +308,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("inputs", "module:function",
         "A factory fn(batch, length) -> (args, kwargs) for models that do not take token ids "
         "(ViT patches, audio frames, inputs_embeds).", _callable_or_spec),
+    Key("extra", "JSON object | module:function",
+        "Forward arguments held fixed while tfcheck perturbs the tokens: values ('{\"start_pos\": 0}') or a "
+        "factory fn(batch, length) -> dict called for each probe.", _extra),
     Key("accept", "CHECK_ID:REASON[,...]",
         "Failures of these checks are reported as 'accepted' with the reason instead of failing.", _accept),
     Key("kwargs", "JSON object", "Constructor arguments; they win over the small values tfcheck fills in.",

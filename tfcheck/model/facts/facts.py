@@ -52,6 +52,9 @@ class Facts:
     memory_cap: int | None = None
     #: forward returns its output flattened to (batch·length, ...) rows, as a loss takes them (the trial shows it)
     flat_output: bool | None = None
+    #: forward arguments tfcheck does not build, held fixed: name -> value, or a factory fn(batch, length) -> dict
+    #: (declared, or a start position read as 0 from the signature)
+    extra: dict[str, Any] | Callable[..., Any] | None = None
     # ----- declared only: nothing in a model says them ------------------------------------------------
     inputs: Callable[..., Any] | None = None
     accept: dict[str, str] | None = None

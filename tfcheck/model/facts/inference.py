@@ -8,7 +8,6 @@ forward; collection decides its items from these facts alone.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
 import torch.nn as nn
@@ -18,14 +17,14 @@ from tfcheck.model.build.names import (
     CAUSAL_MASK_ARGS,
     CONFIG_NAMES,
     GENERATION_SETTINGS,
-    HF_CLASS_KINDS,
-    HF_FAMILIES,
     MASK_ARGS,
 )
 from tfcheck.model.build.spec import import_target, resolve_attr, split_spec
 from tfcheck.model.facts import declarations as decl
 from tfcheck.model.facts.call_plan import plan_calls
+from tfcheck.model.facts.causal_source import causal_source
 from tfcheck.model.facts.facts import AUTO
+from tfcheck.model.facts.hf_kind import kind_from_hf_class, kind_from_hf_config
 from tfcheck.model.facts.label_convention import settle as settle_label_shift
 from tfcheck.model.facts.lengths import min_length
 from tfcheck.model.facts.structure import (
@@ -69,7 +68,7 @@ class _Resolver:
         if d is None:
             return False
         value = d.value
-        if key in ("inputs", "schedule") and isinstance(value, str):
+        if key in ("inputs", "schedule", "extra") and isinstance(value, str):
             target, attr = split_spec(value)
             value = resolve_attr(import_target(target), target, attr)
         self.set(key, value, d.source, show=key not in ("accept", "kwargs"))
@@ -80,7 +79,7 @@ class _Resolver:
             self.s.assumptions.append(Assumption(
                 "constructor arguments", {k: brief(v) for k, v in self.s.loaded.filled.items()},
                 "filled by tfcheck with small values (override with the 'kwargs' declaration)"))
-        for key in ("accept", "inputs"):
+        for key in ("accept", "inputs", "extra"):
             self.declared(key)
         # Training and precision facts come only from declarations: nothing in a model says them.
         for key in ("schedule", "warmup_steps", "total_steps", "lr", "precision", "train_steps"):
@@ -121,46 +120,10 @@ class _Resolver:
                  "both accepted. Declare kind=encoder|decoder|seq2seq|attention")
 
     def _kind_from_hf_config(self) -> tuple[str, str] | None:
-        cfg = self.config
-        if cfg is None:
-            return None
-        if getattr(cfg, "is_encoder_decoder", False) is True:
-            return "seq2seq", "config.is_encoder_decoder = True"
-        if getattr(cfg, "is_decoder", False) is True:
-            return "decoder", "config.is_decoder = True" + self.s.loaded.set_by_tfcheck("is_decoder")
-        if isinstance(getattr(cfg, "causal", None), bool):  # XLM's switch: False (its default) is a masked LM
-            return ("decoder" if cfg.causal else "encoder"), f"config.causal = {cfg.causal}"
-        family = HF_FAMILIES.get(str(getattr(cfg, "model_type", "")))
-        if family is not None:
-            return family, f"config.model_type = {cfg.model_type!r} (model family: {family})"
-        return None
+        return kind_from_hf_config(self.config, self.s.loaded.set_by_tfcheck)
 
     def _kind_from_hf_class(self) -> tuple[str, str] | None:
-        """A Hugging Face model of a family tfcheck does not list: its class name, the config's
-        architectures, then the classes its modeling module defines (a masked-LM head means a bidirectional
-        family; a causal-LM head and no masked-LM one, a decoder-only family)."""
-        if self.config is None:
-            return None
-        cls = type(self.model).__name__
-        for suffix, kind in HF_CLASS_KINDS:
-            if cls.endswith(suffix):
-                return kind, f"Hugging Face class {cls} (*{suffix}: {kind}) with a config"
-        for name in getattr(self.config, "architectures", None) or ():
-            for suffix, kind in HF_CLASS_KINDS:
-                if isinstance(name, str) and name.endswith(suffix):
-                    return kind, f"config.architectures names {name} (*{suffix}: {kind})"
-        module = inspect.getmodule(type(self.model))
-        if module is None or not module.__name__.startswith("transformers."):
-            return None
-        heads = [n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__]
-        masked = sorted(n for n in heads if n.endswith("ForMaskedLM"))
-        causal = sorted(n for n in heads if n.endswith(("ForCausalLM", "LMHeadModel")))
-        if masked:
-            return "encoder", (f"{module.__name__} defines the masked-LM head {masked[0]} (a bidirectional family; "
-                               "config.is_decoder is not set)")
-        if causal:
-            return "decoder", f"{module.__name__} defines the causal-LM head {causal[0]} and no masked-LM head"
-        return None
+        return kind_from_hf_class(self.model, self.config)
 
     def _kind_from_causal_attribute(self) -> tuple[str, str] | None:
         """A bool ``causal`` on the model or its layer stack (x-transformers' Decoder / Encoder set it)."""
@@ -256,7 +219,11 @@ class _Resolver:
             return self.set("causal", True, f"kind={kind}" + (" (the decoder side)" if kind == "seq2seq" else ""))
         if kind == "encoder":
             return self.set("causal", False, "kind=encoder")
-        self.set("causal", None, "unknown: declare causal=true or causal=false")
+        read = causal_source(self.model)
+        if read.causal is not None:
+            return self.set("causal", read.causal, f"{read.where} (declare causal={str(not read.causal).lower()} "
+                            "if not)")
+        self.set("causal", None, f"unknown ({read.where}): declare causal=true or causal=false")
 
     def mask(self) -> None:
         if self.declared("mask"):

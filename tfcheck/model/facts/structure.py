@@ -105,3 +105,30 @@ def without_cache(model: nn.Module, kwargs: dict) -> dict:
     if "use_cache" in kwargs or "use_cache" not in forward_params(model):
         return kwargs
     return {**kwargs, "use_cache": False}
+
+
+#: Decorators that run a forward with autograd off: an inference-only implementation (llama's reference model.py
+#: decorates its forward with @torch.inference_mode()).
+NO_GRAD_DECORATORS = ("inference_mode", "no_grad")
+
+
+def inference_only(model: nn.Module) -> str | None:
+    """How the forward is written to run without autograd (``@torch.inference_mode()`` above it), or None: then no
+    output can be trained, by design, and the training checks do not apply."""
+    import ast
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(type(model).forward)))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    function = tree.body[0] if tree.body and isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef) \
+        else None
+    for decorator in function.decorator_list if function is not None else ():
+        call = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(call, (ast.Attribute, ast.Name)) and (call.attr if isinstance(call, ast.Attribute)
+                                                            else call.id) in NO_GRAD_DECORATORS:
+            return (f"forward is decorated with @{ast.unparse(decorator)} (an inference-only implementation, as "
+                    "llama's reference model.py): nothing it returns can be trained, by design")
+    return None

@@ -3,7 +3,8 @@
 An exact name (``tgt``, ``trg``, ``decoder_input_ids``) is the decoder input on any model. A name of the
 decoder-input patterns (``trg_seq``, ``tgt_tokens``, ``dec_inp``: names.FORWARD_ARG_PATTERNS) is one only on a
 model that is encoder-decoder by structure: two token embeddings. A loss target (``targets``, ``labels``, ``y``)
-never is, nor is the target side's mask, flag, length or positions (``tgt_mask``, ``tgt_is_causal``).
+is one only when the forward requires it on such a model, and the trial forward shows the output following its
+length; never the target side's mask, flag, length or positions (``tgt_mask``, ``tgt_is_causal``).
 """
 from __future__ import annotations
 
@@ -46,4 +47,19 @@ def decoder_input(model: nn.Module, params: dict[str, inspect.Parameter]) -> tup
         if len(embeddings) >= 2:
             return name, (f"forward takes {name} (a decoder-input name) and the model has two token embeddings "
                           f"('{embeddings[0]}', '{embeddings[1]}'): an encoder-decoder")
-    return None
+    return required_loss_target(model, params)
+
+
+def required_loss_target(model: nn.Module, params: dict[str, inspect.Parameter]) -> tuple[str, str] | None:
+    """A loss-target name the forward *requires*, on a model with two token embeddings: ``forward(src, targets)``
+    of a seq2seq tutorial, whose targets are the decoder input (nanoGPT's are optional: labels). A hypothesis
+    only: the trial forward keeps it when the output follows the targets' length (tfcheck.model.trial.
+    target_reading), and reads the targets as labels otherwise."""
+    name = next((n for n in list(params)[1:] if n in LOSS_TARGET_ARGS
+                 and params[n].default is inspect.Parameter.empty), None)
+    embeddings = token_embeddings(model) if name is not None else []
+    if name is None or len(embeddings) < 2:
+        return None
+    return name, (f"forward requires {name} and the model has two token embeddings ('{embeddings[0]}', "
+                  f"'{embeddings[-1]}'): read as the decoder input of an encoder-decoder, if the output follows "
+                  "its length")

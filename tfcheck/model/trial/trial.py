@@ -28,6 +28,7 @@ from tfcheck.model.trial import (
     internal_padding,
     own_causal_mask,
     sequence_layout,
+    target_reading,
 )
 from tfcheck.model.trial.observed import Observed
 from tfcheck.model.trial.outputs import infer_output
@@ -81,7 +82,9 @@ def settle(subject: ModelUnderTest, forward: Callable[[bool], Any], raw_of: Call
     that ran (stated among the assumptions, with ``describe`` of the first error), let the ADOPTERS settle
     what ``observed_of`` its result shows of the model's structure, run the probe again unrecorded (the one the
     checks share), and settle the output's selection from ``raw_of`` the result. Any other
-    exception propagates: it is not the model's."""
+    exception propagates: it is not the model's. A required loss target read as the decoder input is verified
+    first (tfcheck.model.trial.target_reading)."""
+    target_reading.verify(subject, forward, raw_of, model_error, describe)
     try:
         result = forward(True)
     except model_error as first:
