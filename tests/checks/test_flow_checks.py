@@ -5,6 +5,7 @@ no failure."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tfcheck
 from helpers import nn_encoder, nn_transformer, result
@@ -125,3 +126,52 @@ def test_costs_are_a_small_constant_number_of_passes():
     assert costs["position.sensitivity"].forward == 1 and costs["position.sensitivity"].token_passes == 21
     seq2seq = tfcheck.run_checks("reference_model:Seq2SeqTransformer", only=["cross.dependence"])
     assert seq2seq.models[0].result("cross.dependence").cost.forward == 4
+
+
+# ----- zero-initialised output projections ------------------------------------------------------------------
+
+class ZeroInitDecoder(torch.nn.Module):
+    """A block whose output projection starts at zero (a modern recipe): at init it returns its input."""
+
+    def __init__(self, causal: bool = True):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(101, 32), torch.nn.Linear(32, 101)
+        self.qkv, self.proj = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+        self.causal = causal
+        torch.nn.init.zeros_(self.proj.weight)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).chunk(3, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.head(x + self.proj(y.transpose(1, 2).reshape(b, t, 32)))
+
+
+def test_zero_initialised_projections_are_redrawn_for_the_flow_checks_only_and_put_back():
+    model = ZeroInitDecoder()
+    report = tfcheck.run_checks(model).models[0]
+    redrawn = next(a for a in report.assumptions if a.key == "zero weights re-drawn")
+    assert redrawn.value == "1: proj.weight" and "training checks keep your init" in redrawn.source
+    assert report.result("mask.causal").status is Status.PASS, report  # measured, not inconclusive
+    assert not bool(model.proj.weight.any())  # the user's init, put back
+    assert tfcheck.run_checks(ZeroInitLeak, only=["mask.causal"]).models[0].result("mask.causal").status \
+        is Status.FAIL
+
+
+class ZeroInitLeak(ZeroInitDecoder):
+    """The same block with its causal mask gone (is_causal still True in the parent's source)."""
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).chunk(3, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.head(x + self.proj(y.transpose(1, 2).reshape(b, t, 32)))
+
+
+def test_a_model_without_zero_weights_is_measured_as_it_is():
+    report = tfcheck.run_checks(ZeroInitLeak, only=["mask.causal"]).models[0]
+    assert any(a.key == "zero weights re-drawn" for a in report.assumptions)
+    plain = tfcheck.run_checks("reference_model:TransformerLM", only=["mask.causal"]).models[0]
+    assert not any(a.key == "zero weights re-drawn" for a in plain.assumptions)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from tfcheck.engine.flow_weights import flow_weights
 from tfcheck.engine.limits import NOT_APPLICABLE, InstrumentationLimit, dynamo_disabled, instrumented, without_modes
 from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, inconclusive, registered
@@ -278,9 +279,14 @@ class CheckContext:
         return measured
 
     def run_flow_check(self, chk: Check) -> list[Finding]:
-        """A check that compares eval-mode forwards: run as it is on a deterministic model; with the random ops
-        neutralised (and its own memoised probes, made so) when eval mode left dropout on; inconclusive when
-        the randomness cannot be neutralised, with the measurement under ``evidence["nondeterministic"]``."""
+        """A check that compares eval-mode forwards, on the model with its all-zero weights re-drawn (none: as it
+        is): run as it is on a deterministic model; with the random ops neutralised (and its own memoised
+        probes, made so) when eval mode left dropout on; inconclusive when the randomness cannot be
+        neutralised, with the measurement under ``evidence["nondeterministic"]``."""
+        with flow_weights(self.subject):
+            return self._run_flow(chk)
+
+    def _run_flow(self, chk: Check) -> list[Finding]:
         measured = self.determinism()
         if measured is None or not (measured.neutralises or measured.uncontrolled):
             return list(chk.func(self))
