@@ -63,6 +63,14 @@ HANDWRITTEN: dict[str, Handwritten] = {
                                    "mask.padding"),
 }
 
+#: What each model is, by its authors' intent (the truth a hint is judged against): kind and causality.
+TRUTH: dict[str, tuple[str, bool]] = {
+    **dict.fromkeys(("nanogpt", "llms-from-scratch", "gpt-lecture", "llama-reference", "zero-init-gpt",
+                     "padded-vocab-gpt"), ("decoder", True)),
+    **dict.fromkeys(("annotated-transformer", "bentrevett-seq2seq", "targets-seq2seq"), ("seq2seq", True)),
+    **dict.fromkeys(("additive-mask-encoder", "relation-mask-encoder", "bert-classifier"), ("encoder", False)),
+}
+
 MINUS_1E9_IN_HALF = ("the scores are filled with -1e9 (or -1e20), which float16 cannot hold (its largest magnitude is "
                      "65504): true of the code, and the warning says so; the model is correct in float32")
 
