@@ -242,6 +242,15 @@ def test_shrunk_defaults_keep_their_invariants(heads, head_dim, layers, vocab, k
         assert small["d_k"] == small["d_v"] == width // h
 
 
+@pytest.mark.parametrize("kv_name", ["n_kv_head", "n_kv_heads", "n_head_kv", "n_query_groups", "num_key_value_heads"])
+def test_a_grouped_query_head_count_is_shrunk_with_the_heads_however_it_is_spelled(kv_name):
+    # Built at full size when missed: llama-7B's 32 heads over 8 kv heads would stay 4096 wide.
+    values = {"n_head": 32, kv_name: 8, "n_embd": 4096, "n_layer": 32, "vocab_size": 32000}
+    small = {**values, **plan(values, list(values))}
+    assert small["n_embd"] == 32 and small["n_head"] % small[kv_name] == 0 and small[kv_name] < 8
+    assert quantity("n_kv_head_dim") is None  # a head's width is no head count
+
+
 def test_a_max_len_at_or_below_the_small_value_is_kept_and_a_large_one_is_tfchecks():
     assert plan({"block_size": 32, "n_embd": 768}, ["block_size", "n_embd"]) == {"n_embd": 32}
     assert plan({"block_size": 1024}, ["block_size"]) == {"block_size": 64}

@@ -135,6 +135,9 @@ NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (rf"{_NOT_A_SWITCH}([a-z]+_)*pad(ding)?(_token)?_(idx|id|index)", "PAD_ID"),
     (rf"{_NOT_A_SWITCH}([a-z]+_)*(sos|bos)(_token)?_(idx|id|index)", "BOS_TOKEN_ID"),
     (rf"{_NOT_A_SWITCH}([a-z]+_)*eos(_token)?_(idx|id|index)", "EOS_TOKEN_ID"),
+    # grouped-query attention's key / value head count, however spelled: n_kv_head (modded-nanogpt), n_head_kv
+    # (Falcon), n_query_groups (litgpt); shrunk with the head count so that it keeps dividing it
+    (r"(n|num)_(kv|key_value)_heads?|(n|num)_heads?_kv|(n|num)_query_groups", "KV_HEADS"),
 )
 #: The Annotated Transformer's make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8): N layers and
 #: h heads, read so only as that pair beside a d_model and a d_ff name (a lone N or h says nothing).
