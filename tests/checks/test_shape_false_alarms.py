@@ -247,3 +247,37 @@ def test_a_model_that_raises_below_a_length_names_the_shortest_it_runs_at_and_mi
     assert finding.status is Status.FAIL and "It runs from length 3 (batch 1)" in finding.message
     assert "declare min_len=3" in finding.message
     assert _shape(TopKOverKeys, kind="encoder", d_model=D, min_len=3).status is Status.PASS
+
+
+# ----- a vocabulary padded for speed -----------------------------------------------------------------------
+
+class _PaddedConfig:
+    vocab_size, n_embd = 101, 32
+
+    def __init__(self, padded: bool):
+        if padded:
+            self.padded_vocab_size = 128  # litgpt / Megatron: the vocabulary rounded up to a multiple of 64
+
+
+class WideHeadLM(nn.Module):
+    """A decoder whose logits are 128 wide over a vocabulary of 101: a design when the config pads it."""
+
+    def __init__(self, padded: bool = True):
+        super().__init__()
+        self.config = _PaddedConfig(padded)
+        self.wte, self.head = nn.Embedding(128, 32), nn.Linear(32, 128)
+
+    def generate(self, idx):  # an autoregressive LM (its kind, read from the method)
+        return idx
+
+    def forward(self, idx):
+        return self.head(self.wte(idx))
+
+
+def test_logits_as_wide_as_the_padded_vocabulary_the_config_states_pass_and_others_still_fail():
+    report = tfcheck.run_checks(WideHeadLM, only=["shape.contract"]).models[0]
+    assert report.result("shape.contract").status is Status.PASS, report
+    padded = next(a for a in report.assumptions if a.key == "padded_vocab_size")
+    assert padded.value == 128 and "config.padded_vocab_size" in padded.source
+    unpadded = tfcheck.run_checks(WideHeadLM(padded=False), only=["shape.contract"]).models[0]
+    assert unpadded.result("shape.contract").status is Status.FAIL, unpadded

@@ -29,6 +29,8 @@ class Facts:
     causal: bool | None = None
     vocab_size: int | None = None
     output_vocab_size: int | None = None
+    #: the logits' width where the config pads the vocabulary for speed (None: not padded, or unknown)
+    padded_vocab_size: int | None = None
     pad_id: int | None = None  # the source side's, on a seq2seq model
     target_pad_id: int | None = None  # a seq2seq model's target-side pad id, where it differs from pad_id
     max_len: int | None = None

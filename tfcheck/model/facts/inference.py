@@ -89,6 +89,7 @@ class _Resolver:
         self.kind()
         self.from_config("vocab_size")
         self.from_config("output_vocab_size", fallback=self.s.facts.vocab_size)
+        self.padded_vocab()
         self.from_config("pad_id", embedding_attr="padding_idx")
         self.from_config("max_len")
         self.positions_after_pad()
@@ -153,7 +154,8 @@ class _Resolver:
         found = decoder_input(self.model, self.params)
         return ("seq2seq", found[1]) if found is not None else None
 
-    def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None) -> None:
+    def from_config(self, key: str, embedding_attr: str | None = None, fallback: Any = None,
+                    show: bool = True) -> None:
         if key in self.s.declared:
             self.declared(key)
             return
@@ -169,7 +171,7 @@ class _Resolver:
                 value = getattr(holder, name, None)
                 # Sizes are positive and ids non-negative: XLNet's max_position_embeddings is -1 ("no limit").
                 if isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "pad_id" else 1):
-                    return self.set(key, value, f"{prefix}.{name}")
+                    return self.set(key, value, f"{prefix}.{name}", show=show)
         if embedding_attr:
             found = first_embedding(self.model)
             if found is not None and getattr(found[1], embedding_attr) is not None:
@@ -187,6 +189,15 @@ class _Resolver:
         if fallback is not None:
             return self.set(key, fallback, "same as vocab_size", show=False)
         self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
+
+    def padded_vocab(self) -> None:
+        """A padded vocabulary the config states, shown where it is wider than the output vocabulary."""
+        self.from_config("padded_vocab_size", show=False)
+        padded, vocab = self.s.facts.padded_vocab_size, self.s.facts.output_vocab_size
+        if padded is not None and vocab is not None and padded > vocab:
+            where = self.s.facts.sources.get("padded_vocab_size")
+            self.s.assumptions.append(Assumption("padded_vocab_size", padded, f"{where} (the vocabulary padded for "
+                                                 "speed): logits this wide are accepted"))
 
     def min_len(self) -> None:  # stated where above 1 (tfcheck.model.facts.lengths.min_length)
         shortest, where = min_length(self.s)
