@@ -3,9 +3,11 @@ both ways: every broken pattern caught with its row and the user's line; silent 
 torch.nn Transformers and Hugging Face models; T5-style unscaled attention explained, not failed."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn as nn
 
 import tfcheck
@@ -136,6 +138,33 @@ def test_embedding_that_drowns_the_positions_names_the_lever():
 def test_reference_embedding_ratio_is_measured_near_one():
     finding = result("reference_model:TransformerLM", EMBED).findings[0]
     assert 0.5 < finding.evidence["ratio"] < 2
+
+
+class LoopTableEncoder(nn.Module):
+    """A tutorial's table: built in a Python loop, kept as a plain attribute (no buffer), added to the tokens
+    (std d_model**-0.5, scaled by √d_model: the paper's balance). ``exponent`` 2 is the standard 2i/d_model."""
+
+    def __init__(self, exponent: int = 2, d: int = 32):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(101, d), nn.Linear(d, d)
+        nn.init.normal_(self.embed.weight, std=d ** -0.5)
+        self.pe = torch.zeros(64, d)
+        for pos in range(64):
+            for i in range(0, d, 2):
+                angle = pos / 10000 ** (exponent * (i // 2) / d)
+                self.pe[pos, i], self.pe[pos, i + 1] = math.sin(angle), math.cos(angle)
+
+    def forward(self, x):
+        return self.out(self.embed(x) * math.sqrt(self.embed.embedding_dim) + self.pe[: x.size(1)])
+
+
+def test_a_table_kept_as_a_plain_attribute_is_found_and_its_frequencies_compared():
+    standard = result(LoopTableEncoder, EMBED)
+    assert standard.status is Status.PASS and "within a factor" in standard.findings[0].message, standard
+    wrong = result(lambda: LoopTableEncoder(exponent=1), EMBED)  # i/d_model for 2i/d_model
+    finding = next(f for f in wrong.findings if f.row == "position-table-nonstandard")
+    assert finding.status is Status.WARN and "from column 2" in finding.message, finding
+    assert "base 100" in finding.message and finding.location.line is not None
 
 
 def test_each_check_costs_one_pass_and_the_recording_checks_share_theirs():

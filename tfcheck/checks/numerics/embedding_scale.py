@@ -2,10 +2,12 @@
 comparable size.
 
 One recorded forward. A sinusoidal table is recognised from the recorded adds, never from class names:
-one operand comes from a buffer of the model (not a parameter) whose rows are sin/cos pairs (each pair,
-interleaved or split in halves, has sin² + cos² = 1, and position 0 reads sin 0 = 0, cos 0 = 1), the other
-operand is an activation computed after an embedding lookup. The ratio of their RMS is reported; learned,
-rotary and relative positions add no such table and pass with nothing to judge.
+one operand comes from a buffer of the model or a tensor kept as a plain attribute (not a parameter) whose
+rows are sin/cos pairs (each pair, interleaved or split in halves, has sin² + cos² = 1, and position 0 reads
+sin 0 = 0, cos 0 = 1), the other operand is an activation computed after an embedding lookup. The ratio of
+their RMS is reported, and a table whose frequencies are not the standard base-10000 ones
+(tfcheck.probe.sinusoid) is said with the column where it first differs; learned, rotary and relative positions
+add no such table and pass with nothing to judge.
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ import torch.nn as nn
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.numerics import ADDS
+from tfcheck.probe.sinusoid import Deviation, deviation
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "embedding.scale"
 ROW = "embedding-position-imbalance"
+FREQUENCIES = "position-table-nonstandard"
 #: A factor beyond which one signal drowns the other (the paper's design gives a ratio of about 1).
 DROWNS = 3.0
 
@@ -42,6 +46,7 @@ class Addition:
     position_rms: float
     embedding_rms: float | None  # the raw lookup's RMS, to tell the √d_model scale from the initialisation
     lookup: Lookup | None = None  # the embedding lookup the tokens came from
+    deviation: Deviation | None = None  # where the table first differs from the standard sinusoid
 
 
 @dataclass
@@ -59,7 +64,11 @@ class _Observer:
     """Embedding lookups and the sin/cos buffers added to them, during the shared recorded forward."""
 
     def __init__(self, model: nn.Module):
-        self._buffers = {t.untyped_storage().data_ptr() for t in model.buffers()}
+        # A table kept as a plain tensor attribute (self.pe = table, not a registered buffer) is as much the
+        # model's as a buffer: tutorials build it in a Python loop and store it so.
+        kept = [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)
+                and not isinstance(v, nn.Parameter)]
+        self._buffers = {t.untyped_storage().data_ptr() for t in [*model.buffers(), *kept] if not t.is_meta}
         self._params = {t.untyped_storage().data_ptr() for t in model.parameters()}
         self._names = {id(p): name for name, p in model.named_parameters()}
         self.lookups: list[Lookup] = []
@@ -89,7 +98,7 @@ class _Observer:
                     and tokens.is_floating_point() and is_sinusoidal(table):
                 rows = table.reshape(-1, table.shape[-1])[: tokens.shape[-2] if tokens.dim() >= 2 else None]
                 self.additions.append(Addition(event.module, event.file, event.line, _rms(tokens), _rms(rows),
-                                               self.lookups[-1].rms, self.lookups[-1]))
+                                               self.lookups[-1].rms, self.lookups[-1], deviation(table)))
                 return
 
 
@@ -117,7 +126,7 @@ def is_sinusoidal(table: torch.Tensor) -> bool:
     return False
 
 
-@check(ID, "token embeddings and a sinusoidal position table are of comparable size", rows=(ROW,), order=66,
+@check(ID, "token embeddings and a sinusoidal position table are of comparable size", rows=(ROW, FREQUENCIES), order=66,
        applies=_not_applicable)
 def embedding_scale(ctx) -> list[Finding]:
     """One recorded forward: where a sin/cos buffer is added to embedded tokens, the RMS ratio of the two
@@ -143,7 +152,12 @@ def embedding_scale(ctx) -> list[Finding]:
         findings.append(Finding(ID, Status.WARN, _message(add, ratio, d_model), lever,
                                 {**evidence, "warning": "one signal drowns the other"}, row=ROW, related=related))
     bad = [f for f in findings if f.status is not Status.PASS]
-    return bad[:1] or findings[:1]
+    odd = next((add for add in observer.additions if add.deviation is not None), None)
+    if odd is not None:  # a base other than 10000 is a design too: said, with the column, not failed
+        bad.append(Finding(ID, Status.WARN, f"{odd.deviation}.", Location(module=odd.module, file=odd.file,
+                                                                          line=odd.line),
+                           {"deviation": vars(odd.deviation)}, row=FREQUENCIES))
+    return bad[:2] or findings[:1]
 
 
 def _lever(subject, add: Addition, ratio: float) -> tuple[Location, tuple[Related, ...]]:
