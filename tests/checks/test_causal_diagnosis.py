@@ -9,6 +9,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
 import zoo_causal_patterns as zoo
 from helpers import result
@@ -151,3 +152,32 @@ def test_a_leak_after_a_right_mask_points_where_it_first_appears():
 def test_the_correct_models_of_the_zoo_pass(name):
     res = result(f"zoo_causal_patterns:{name}", CAUSAL)
     assert res.status is Status.PASS, res.findings[0].message
+
+
+class DiscardedFill(torch.nn.Module):
+    """nanoGPT's masking with its result thrown away: masked_fill is out of place, so no mask reaches the softmax."""
+
+    def __init__(self, discard: bool = True):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(101, 32), torch.nn.Linear(32, 101)
+        self.register_buffer("bias", torch.tril(torch.ones(64, 64)).view(1, 1, 64, 64))
+        self.discard = discard
+
+    def forward(self, idx):
+        x = self.embed(idx)[:, None]
+        t = idx.size(1)
+        att = x @ x.transpose(-2, -1) / 32 ** 0.5
+        if self.discard:
+            att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))  # the copy is lost
+        else:
+            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return self.head((att.softmax(-1) @ x)[:, 0])
+
+
+def test_a_masked_copy_of_the_scores_that_is_thrown_away_is_the_line_to_change():
+    lost = result(DiscardedFill, "mask.causal")
+    assert lost.status is Status.FAIL, lost
+    finding = lost.findings[0]
+    line = inspect.getsourcelines(DiscardedFill.forward)[1] + 5  # the discarded masked_fill
+    assert finding.location.line == line and "never reached the softmax" in finding.message, finding
+    assert result(lambda: DiscardedFill(discard=False), "mask.causal").status is Status.PASS

@@ -35,6 +35,7 @@ class MaskReader:
     def __init__(self, n: int):
         self.n = n
         self.sites: list[Site] = []
+        self._applications: list[Node] = []  # every op that applied a mask, used or not
 
     def observe(self, trace: CausalTrace, node: Node, args: tuple, kwargs: dict, inputs: list, parents: tuple,
                 first: Any) -> None:
@@ -78,6 +79,12 @@ class MaskReader:
             if n.op in PRODUCTS and site.scores is None:
                 site.scores = n
         site.before.reverse()  # in the order they ran
+        # A mask applied to these scores whose result never reaches the softmax (a masked_fill whose copy is
+        # thrown away): the line of the bug when no mask arrives.
+        lineage = made.lineage("scores") if made is not None and made.scores else []
+        site.unused = [a.applied for a in self._applications if a.applied is not None
+                       and not any(a is n for n in lineage) and any(p is not None and any(p is n for n in lineage)
+                                                                    for p in a.parents)]
         node.weights = site
         self.sites.append(site)
 
@@ -180,6 +187,7 @@ class MaskReader:
         else:
             return
         node.applied = applied
+        self._applications.append(node)
         if weights is not None:
             weights.after.append(applied)
             node.weights = weights

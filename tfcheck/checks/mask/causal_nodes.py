@@ -35,6 +35,7 @@ class Site:
     scores: Node | None = None  # the product that made the scores (softmax sites)
     before: list[Applied] = field(default_factory=list)  # masks applied to the scores
     after: list[Applied] = field(default_factory=list)  # masks applied to the weights
+    unused: list[Applied] = field(default_factory=list)  # masks applied to its scores whose result it never read
 
     @property
     def module(self) -> str:

@@ -284,6 +284,13 @@ def _located(site: Site, pattern: str, applied: list[Applied], layer: str | None
             related.insert(0, _place("mask made float", made.where, made.module))
             return Diagnosis(pattern, _place("mask made float", made.where, made.module), related=related, op=op)
         return Diagnosis(pattern, _place("mask applied", a.node.where, a.node.module), build_reason, related, op)
+    if pattern == "no mask at all" and not applied and site.unused:
+        lost = site.unused[0].node
+        related.insert(0, scores)
+        return Diagnosis(pattern, _place("mask applied to a copy never used", lost.where, lost.module), (
+            f"{lost.op} made a masked copy of the scores and its result never reached the softmax (an out-of-place "
+            f"op whose result is discarded): assign it (x = x.{lost.op}(...)) or use the in-place {lost.op}_"),
+            related, mask=None)
     if pattern == "no mask at all" and not applied:
         why = (f"no mask reaches the attention scores of '{layer or site.module}': the line that should build or "
                "pass one is not known, so this is the line that computes the scores")
