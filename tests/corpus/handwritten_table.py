@@ -85,7 +85,6 @@ EXPLAINED: dict[tuple[str, str], str] = {
 
 #: (model, "correct" | "bug") -> what tfcheck does not do yet on it.
 GAPS: dict[tuple[str, str], str] = {
-    ("nanogpt", "bug"): "the discarded masked_fill is not named: the finding points at the scores line above it",
     ("llms-from-scratch", "bug"): "attention.heads names the output projection, not the .view that merges the heads",
     ("padded-vocab-gpt", "bug"): "the mask is cached on the model by an earlier forward: the line that built it is "
                                  "not recorded, so the finding names the slicing line",

@@ -10,6 +10,7 @@ import torch.nn as nn
 from tfcheck.engine.runner import load_subject
 from tfcheck.explainers import model_facts
 from tfcheck.model.build import names
+from tfcheck.model.build.small_sizes import small_value
 from tfcheck.model.build.spec import SMALL_VALUES
 
 MODEL_LAYER = Path(__file__).resolve().parents[3] / "tfcheck" / "model"
@@ -25,9 +26,12 @@ def test_no_module_of_the_model_layer_is_over_400_lines():
 
 def test_every_name_a_fact_is_read_from_is_a_name_tfcheck_fills_with_that_quantity():
     # A constructor tfcheck fills as d_model (32) must be read back as d_model, and so on for every fact.
-    small = {"vocab_size": 101, "output_vocab_size": 101, "pad_id": 0, "max_len": 64, "d_model": 32}
+    small = {"vocab_size": 101, "output_vocab_size": 101, "pad_id": 0, "max_len": 64, "d_model": 32,
+             "padded_vocab_size": 101}
     for fact, read_from in names.CONFIG_NAMES.items():
-        assert {n: SMALL_VALUES.get(n) for n in read_from} == dict.fromkeys(read_from, small[fact]), fact
+        # exact names, and the padded vocabulary's, which the vocabulary's name pattern fills
+        assert {n: SMALL_VALUES.get(n, small_value(n)) for n in read_from} == dict.fromkeys(read_from, small[fact]), \
+            fact
 
 
 def test_the_explainers_read_the_model_layers_tables():

@@ -111,7 +111,7 @@ CONFIG_NAMES: dict[str, tuple[str, ...]] = {
     "max_len": MAX_LEN,
     "d_model": D_MODEL,
     # a vocabulary padded up to a multiple of 64 or 128 for speed (litgpt, Megatron): the logits' width by design
-    "padded_vocab_size": ("padded_vocab_size", "vocab_size_padded", "padded_vocab"),
+    "padded_vocab_size": ("padded_vocab_size", "padded_vocab"),
 }
 #: Parameter names under which a constructor takes a whole config object.
 CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams", "params", "model_args", "model_config", "model_cfg",
