@@ -19,7 +19,14 @@ from tfcheck.version import __version__  # noqa: E402
 def __getattr__(name: str):
     # Lazy so that `pytest --help` (which imports the plugin, which imports this package) stays fast.
     if name in ("run_checks", "assert_checks_pass", "trace_shapes", "watch", "explain"):
+        import random
+
+        # rich draws from Python's global generator when first imported (rich.style's id counter): the caller's
+        # seeded stream must not move because tfcheck was looked up.
+        state = random.getstate()
         from tfcheck.ui import views  # noqa: F401 - registers how what they return prints
+
+        random.setstate(state)
     if name in ("run_checks", "assert_checks_pass"):
         from tfcheck import api
 

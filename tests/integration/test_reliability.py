@@ -155,6 +155,24 @@ def test_the_same_model_gives_the_same_report():
     assert run() == first
 
 
+FIRST_LOOKUP = """
+import random, sys
+import numpy as np, torch
+random.seed(7); np.random.seed(7); torch.manual_seed(7)
+before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+import tfcheck
+tfcheck.run_checks  # the first lookup imports the report views (rich draws from Python's random on import)
+after = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+sys.exit(0 if before[0] == after[0] and (before[1] == after[1]).all() and torch.equal(before[2], after[2]) else 1)
+"""
+
+
+def test_the_first_lookup_of_tfcheck_leaves_the_callers_random_streams_as_they_were():
+    # In a fresh process: within this suite the views are imported already.
+    done = subprocess.run([sys.executable, "-c", FIRST_LOOKUP], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 # ----- time budgets -------------------------------------------------------------------------------------
 
 class SleepyLM(nn.Module):
