@@ -68,6 +68,10 @@ def embedding_padding(ctx) -> list[Finding]:
     if name is None:
         return [Finding(ID, Status.SKIP, "inconclusive: no token embedding was called on the probe's tokens",
                         evidence=evidence)]
+    if moved is None or control is None or tol is None:
+        return [Finding(ID, Status.SKIP, "inconclusive: the output has no (batch, position) axes, so no real token's "
+                        "output can be compared; declare 'output' (the logits' index or key) if the forward returns "
+                        "more than one thing", evidence=evidence)]
     state = states[name]
     what = (f"padding_idx={state['padding_idx']}" + (f" (pad_id is {pad})" if not state["padding_idx_matches"] else "")
             + f", pad row norm {state['pad_row_norm']:.3g}")
@@ -175,7 +179,7 @@ def _state(emb: nn.Embedding, pad: int) -> dict:
 
 
 def _pad_reach(ctx, tables: list[tuple[str, nn.Embedding]], pad: int,
-               length: int) -> tuple[str | None, float, float, float]:
+               length: int) -> tuple[str | None, float | None, float | None, float | None]:
     """(the table perturbed, largest change of sample 1's real outputs, largest change of sample 2's,
     tolerance), from one forward."""
     subject = ctx.subject
@@ -209,6 +213,8 @@ def _pad_reach(ctx, tables: list[tuple[str, nn.Embedding]], pad: int,
         out = ctx.run(args, kwargs, "a padded forward with the pad embedding changed").output
     if not called:
         return None, 0.0, 0.0, 0.0
+    if out.dim() < 2 or out.shape[0] != tokens.shape[0]:  # a loss or a pooled scalar: no sample's positions to read
+        return called[0], None, None, None
     tol = tolerance(out)
     change = change_per_position(out[:1].expand_as(out), out)
     # A seq2seq output is over the target positions, all real: compare them all.
