@@ -16,7 +16,7 @@ HEADS, CACHE = "attention.heads", "decode.cache"
 
 CORRECT = ["reference_model:TransformerEncoder", "reference_model:TransformerLM", "reference_model:Seq2SeqTransformer",
            nn_encoder, nn_transformer, "zoo:TinyLM", "zoo_heads:EinsumHeadsAfterPositions", "zoo_heads:CachedRotaryLM",
-           "zoo_heads:LatentBottleneck", "zoo_heads:MultiQueryEinsumLM"]
+           "zoo_heads:LatentBottleneck", "zoo_heads:MultiQueryEinsumLM", "zoo_heads:MergedBeforeTheProjection"]
 HF = ["GPT2LMHeadModel", "BertModel", "LlamaForCausalLM", "T5ForConditionalGeneration"]
 
 
@@ -38,7 +38,7 @@ def test_correct_models_pass_attention_heads_with_every_merge_verified(spec):
 
 
 @pytest.mark.parametrize("variant,module,line_text", [
-    (broken.HeadsMergedWithoutTranspose, "layers.0.self_attn.w_o", "out.view(b, s_q, self.d_model)"),
+    (broken.HeadsMergedWithoutTranspose, "layers.0.self_attn", "out.view(b, s_q, self.d_model)"),
     (broken.HeadsSplitWithoutTranspose, "layers.0.self_attn", "x.view(b, self.num_heads, s, self.d_k)"),
     (broken.ScoresOverFeatures, "", "q.transpose(-2, -1) @ k"),
 ], ids=lambda v: getattr(v, "__name__", None))
@@ -50,6 +50,39 @@ def test_each_head_bug_is_caught_with_its_row_module_and_line(variant, module, l
     assert finding.location.module == module
     with open(finding.location.file) as f:
         assert line_text in f.read().splitlines()[finding.location.line - 1]
+
+
+def _line(file: str, line: int) -> str:
+    with open(file) as f:
+        return f.read().splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("variant,merge_text,projection_text", [
+    (broken.HeadsMergedWithoutTranspose, "out.view(b, s_q, self.d_model)", "self.w_o(out.view"),
+    ("zoo_heads:ViewedBeforeTheProjection", "# the merging line", "self.out(merged)"),
+    ("zoo_heads:MultiQueryMergedWithoutTranspose", "context.reshape(b, n, h * d)", "self.out(self.merge(context))"),
+], ids=_id)
+def test_a_merge_without_transpose_is_named_at_its_reshape_with_the_projection_beside_it(
+        variant, merge_text, projection_text):
+    """The projection only consumes the mixed tensor: the line to change is the view or reshape that merged the
+    heads, a line (or a helper) away from it; the projection stays in the finding as a related place."""
+    res = result(variant, HEADS)
+    [finding] = [f for f in res.findings if f.status is Status.FAIL]
+    assert finding.row == "head-merge-mixes-positions"
+    assert merge_text in _line(finding.location.file, finding.location.line)
+    [projection] = finding.related
+    assert "output projection" in projection.role
+    assert projection_text in _line(projection.file, projection.line)
+
+
+def test_a_merge_whose_reshape_cannot_be_followed_is_named_at_the_projection():
+    """A learned gain between the merge and the projection is no re-layout: the walk back stops there, and the
+    finding keeps the projection's line rather than guess a reshape."""
+    res = result("zoo_heads:ViewedThenGained", HEADS)
+    [finding] = [f for f in res.findings if f.status is Status.FAIL]
+    assert finding.row == "head-merge-mixes-positions" and finding.location.module == "out"
+    assert "self.out(merged)" in _line(finding.location.file, finding.location.line)
+    assert finding.related == ()
 
 
 def test_a_split_bug_shows_positions_spread_differently_per_head():

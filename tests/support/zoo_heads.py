@@ -177,3 +177,53 @@ class MultiQueryMergedWithoutTranspose(MultiQueryEinsumLM):
     def merge(self, context: torch.Tensor) -> torch.Tensor:
         b, h, n, d = context.shape
         return context.reshape(b, n, h * d)
+
+
+class MergedBeforeTheProjection(nn.Module):
+    """Heads merged on a line of their own, two lines before the output projection, with a dropout between: the
+    correct form (transpose, contiguous, view). The variant below drops the transpose on the merging line only."""
+
+    __tfcheck__ = {"kind": "encoder"}
+
+    def __init__(self, vocab_size=101, d_model=32, num_heads=4, max_len=64):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.drop = nn.Dropout(0.1)
+        self.out = nn.Linear(d_model, d_model)
+
+    def merge(self, context: torch.Tensor) -> torch.Tensor:  # (b, h, s, d_k) -> (b, s, h, d_k)
+        return context.transpose(1, 2)
+
+    def forward(self, x):  # (b, s) long
+        b, s = x.shape
+        h = self.embed(x) + self.pos(torch.arange(s, device=x.device))
+        q, k, v = (t.view(b, s, self.h, self.d_k).transpose(1, 2) for t in self.qkv(h).chunk(3, -1))
+        context = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1) @ v  # (b, h, s, d_k)
+        merged = self.merge(context).contiguous().view(b, s, -1)  # the merging line
+        merged = self.before_projection(merged)
+        return h + self.out(merged)
+
+    def before_projection(self, merged: torch.Tensor) -> torch.Tensor:
+        return self.drop(merged)
+
+
+class ViewedBeforeTheProjection(MergedBeforeTheProjection):
+    """The heads' output viewed as (b, s, d) in its own memory order: the merging line lacks the transpose."""
+
+    def merge(self, context: torch.Tensor) -> torch.Tensor:
+        return context
+
+
+class ViewedThenGained(ViewedBeforeTheProjection):
+    """The same merge without transpose, then a learned per-feature gain (initialised to one) before the projection:
+    the op the projection reads is no re-layout, so no reshape is named with confidence."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.gain = nn.Parameter(torch.ones(self.h * self.d_k))
+
+    def before_projection(self, merged: torch.Tensor) -> torch.Tensor:
+        return merged * self.gain

@@ -68,7 +68,8 @@ def by_position(t: torch.Tensor, batch: int, length: int) -> torch.Tensor | None
 
 
 def record_sites(ctx, args: tuple, kwargs: dict, what: str):
-    """One counted forward under the recorder with attention internals visible: (Probe, sites)."""
+    """One counted forward under the recorder with attention internals visible: (Probe, sites, Recording), the
+    recording (with tensor identities) for walks a check makes only where it finds a problem."""
     collector = SiteCollector(ctx.subject.model)
     recorder = Recorder(ctx.subject.model, on_op=collector, track_ids=True)  # ids: operands traced to projections
     with visible_attention(), recorder:
@@ -77,4 +78,4 @@ def record_sites(ctx, args: tuple, kwargs: dict, what: str):
     for site in sites:
         site.projected_from = projection_inputs(site, recorder.recording, collector.captured)
         site.routed_by = routed_operands(site, recorder.recording, collector.captured)
-    return probe, sites
+    return probe, sites, recorder.recording

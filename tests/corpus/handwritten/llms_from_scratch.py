@@ -126,8 +126,8 @@ class BuggyMultiHeadAttention(MultiHeadAttention):
         attn_scores.masked_fill_(mask_bool, -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
         attn_weights = self.dropout(attn_weights)
-        context_vec = attn_weights @ values  # injected bug: heads merged by .view below without transpose(1, 2)
-        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        context_vec = attn_weights @ values
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)  # injected bug: no transpose(1, 2)
         return self.out_proj(context_vec)
 
 

@@ -8,7 +8,8 @@ target position). At every attention site the ops are read with their real tenso
 - at the first site a perturbation reaches, q, k and v must change at the changed position only
   (a projection and a per-position norm or rotation keep positions apart; a wrong split does not);
 - the activation entering the output projection must be the context rearranged per position: it may
-  change only where the context changed, and a plain ``view`` of (b, h, s, d_k) as (b, s, d) is named.
+  change only where the context changed, and a plain ``view`` of (b, h, s, d_k) as (b, s, d) is named at
+  that reshape's line (the projection, which only consumes the mixed tensor, is shown beside it).
 """
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from tfcheck.engine.registry import Inconclusive, check
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
 from tfcheck.probe.attention_sites import AttentionSite
 from tfcheck.probe.flow import change_per_position, replace_tokens, tolerance
+from tfcheck.probe.head_merge import merging_op
 from tfcheck.probe.projection_inputs import by_position as projection_input_by_position
 from tfcheck.probe.projection_inputs import record_sites
-from tfcheck.report.findings import Finding, Location
+from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
 ID = "attention.heads"
@@ -62,8 +64,8 @@ def attention_heads(ctx) -> list[Finding]:
     checked = []
     for n, length in enumerate(lengths):
         args, kwargs, perturbations, stream_lengths = _probe_inputs(subject, length, seed=n)
-        _, sites = record_sites(ctx, args, kwargs, f"a recorded forward at length {length} with one position "
-                                                   "changed per sample")
+        _, sites, recording = record_sites(ctx, args, kwargs, f"a recorded forward at length {length} with one "
+                                                              "position changed per sample")
         if not sites:
             return [_skip("inconclusive: no attention found in the recorded ops (tfcheck recognises a product "
                           "of two activations followed by softmax and a product with the values, "
@@ -73,7 +75,7 @@ def attention_heads(ctx) -> list[Finding]:
         merges = 0
         for site in sites:
             _keep_first(problems, _judge_scores(site, set(stream_lengths.values()), length))
-            finding, verified = _judge_merge(site, batch, perturbations)
+            finding, verified = _judge_merge(site, batch, perturbations, recording)
             _keep_first(problems, finding)
             merges += verified
         for p in perturbations:
@@ -318,7 +320,8 @@ def _mixed_input(site: AttentionSite, p: Perturbation, names: list[str], base: d
         _location(site), {**base, "warning": "input of the first attention mixes positions", "causal": causal})
 
 
-def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbation]) -> tuple[Finding | None, bool]:
+def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbation],
+                 recording=None) -> tuple[Finding | None, bool]:
     """(finding or None, whether the merge was verified as a per-position rearrangement)."""
     merged, context = site.merged, site.context
     if merged is None or site.routed_by:  # a routed context is in the routing's order until scattered back
@@ -338,6 +341,7 @@ def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbati
                 "difference_from_plain_view": _difference(flat, own_order),
                 "tolerance": tol, "merge_op": site.merge_op.name if site.merge_op else None}
     if heads > 1 and laid.shape[1] > 1 and _same(flat, own_order, tol):
+        location, related = _merge_places(site, recording)
         return Finding(
             ID, Status.FAIL,
             f"in '{_name(site.module)}' the heads' output {tuple(context.tensor.shape)} enters the output projection "
@@ -345,8 +349,21 @@ def _judge_merge(site: AttentionSite, batch: int, perturbations: list[Perturbati
             f"{tuple(merged.shape)} read in its own memory order, without moving the heads next to the features: "
             "each merged position holds pieces of several positions. Merge with "
             "out.transpose(1, 2).contiguous().view(b, s, d_model).",
-            _location(site, site.merge_op), evidence, row=MERGE_ROW), False
+            location, evidence, row=MERGE_ROW, related=related), False
     return _merge_by_perturbation(site, laid, batch, perturbations, evidence), False
+
+
+def _merge_places(site: AttentionSite, recording) -> tuple[Location, tuple[Related, ...]]:
+    """(location, related) of a merge in memory order: the reshape that folded the heads, the line to change,
+    with the projection that reads its result beside it; the projection alone where no reshape is found."""
+    fold = merging_op(recording, site.value_op, site.merge_op) if recording is not None and site.merge_op else None
+    if fold is None:
+        return _location(site, site.merge_op), ()
+    projection = site.merge_op
+    assert projection is not None  # a fold is only looked for before a projection
+    return (Location(module=fold.module, file=fold.file, line=fold.line),
+            (Related("the output projection reads the merged heads here", projection.file, projection.line,
+                     projection.module),))
 
 
 def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
