@@ -36,29 +36,45 @@ def make_inputs(subject: ModelUnderTest, batch: int, length: int, seed: int = 0)
     if factory is not None:
         return on_device(subject.device, *call_inputs_factory(factory, batch, length, subject.spec))
     gen = torch.Generator().manual_seed(seed)
-    primary = random_primary(subject, batch, length, gen)
+    primary = random_primary(subject, batch, length, gen, side="source")
     target = None
     if subject.takes_target:
-        target = random_primary(subject, batch, max(1, length + TARGET_LENGTH_DELTA), gen)
+        target = random_primary(subject, batch, max(1, length + TARGET_LENGTH_DELTA), gen, side="target")
     return inputs_for(subject, primary, target)
 
 
-def random_primary(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """Random token ids (never the pad id), or features for models that take them."""
+def random_primary(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator,
+                   side: str | None = None) -> torch.Tensor:
+    """Random token ids (never the pad id) of ``side`` (see :func:`random_tokens`), or features for models that
+    take them."""
     if subject.kind == "attention" or subject.facts.takes_features:
         return torch.randn(batch, length, known_size(subject, "d_model"), generator=gen).to(subject.device)
-    return random_tokens(subject, batch, length, gen)
+    return random_tokens(subject, batch, length, gen, side)
 
 
-def random_tokens(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+def random_tokens(subject: ModelUnderTest, batch: int, length: int, gen: torch.Generator,
+                  side: str | None = None) -> torch.Tensor:
     """Real token ids: never a pad id of either side (a seq2seq model may pad its target with another id)."""
-    vocab = known_size(subject, "vocab_size")
+    vocab = token_vocab(subject, side)
     pads = sorted({p for p in (subject.facts.pad_id, subject.facts.target_pad_id) if p is not None and 0 <= p < vocab})
     # Draw from the vocabulary with the pad ids taken out, then step over them in increasing order.
     ids = torch.randint(0, max(vocab - len(pads), 1), (batch, length), generator=gen)
     for pad in pads:
         ids = ids + (ids >= pad).long()
     return ids.to(subject.device)
+
+
+def token_vocab(subject: ModelUnderTest, side: str | None) -> int:
+    """How many ids the tokens of ``side`` are drawn from: the source's vocab_size, the decoder input's
+    target_vocab_size (a seq2seq model may have a vocabulary per side), or, where the caller does not say the side,
+    the smaller: ids every side's embedding reads, so that a draw never makes the model raise."""
+    vocab = known_size(subject, "vocab_size")
+    if side == "source" or subject.kind != "seq2seq":  # one side: its facts are read only where there are two
+        return vocab
+    target = subject.facts.target_vocab_size
+    if target is None:
+        return vocab
+    return target if side == "target" else min(vocab, target)
 
 
 def inputs_for(subject: ModelUnderTest, primary: torch.Tensor, target: torch.Tensor | None = None,

@@ -137,12 +137,13 @@ class Subject:
         """Inputs for one forward at (batch, length), from a private generator (global RNG untouched)."""
         return inputs.make_inputs(self, batch, length, seed)
 
-    def random_primary(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-        """Random token ids (never the pad id), or features for models that take them."""
-        return inputs.random_primary(self, batch, length, gen)
+    def random_primary(self, batch: int, length: int, gen: torch.Generator, side: str | None = None) -> torch.Tensor:
+        """Random token ids (never the pad id), or features for models that take them. ``side`` "source" or
+        "target" draws from that side's vocabulary; left out, from ids every side reads."""
+        return inputs.random_primary(self, batch, length, gen, side)
 
-    def random_tokens(self, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-        return inputs.random_tokens(self, batch, length, gen)
+    def random_tokens(self, batch: int, length: int, gen: torch.Generator, side: str | None = None) -> torch.Tensor:
+        return inputs.random_tokens(self, batch, length, gen, side)
 
     def inputs_for(self, primary: torch.Tensor, target: torch.Tensor | None = None,
                    keep: torch.Tensor | None = None) -> tuple[tuple, dict]:

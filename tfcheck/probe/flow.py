@@ -33,7 +33,10 @@ def replace_tokens(subject, tokens: torch.Tensor, where: torch.Tensor, seed: int
     every replaced id differs from the original and is never the pad id."""
     gen = torch.Generator().manual_seed(seed)
     fresh = subject.random_tokens(*tokens.shape, gen)
+    # the side is not said: drawn from the ids every side reads (tfcheck.model.inputs.token_vocab), shifted within them
     vocab = subject.facts.vocab_size
+    if subject.kind == "seq2seq" and subject.facts.target_vocab_size is not None:
+        vocab = min(vocab, subject.facts.target_vocab_size)
     same = fresh == tokens
     if bool(same.any()):  # shift collisions by one real id (skipping the pad id)
         shifted = (fresh + 1) % vocab

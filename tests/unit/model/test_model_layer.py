@@ -26,8 +26,8 @@ def test_no_module_of_the_model_layer_is_over_400_lines():
 
 def test_every_name_a_fact_is_read_from_is_a_name_tfcheck_fills_with_that_quantity():
     # A constructor tfcheck fills as d_model (32) must be read back as d_model, and so on for every fact.
-    small = {"vocab_size": 101, "output_vocab_size": 101, "pad_id": 0, "max_len": 64, "d_model": 32,
-             "padded_vocab_size": 101}
+    small = {"vocab_size": 101, "target_vocab_size": 101, "output_vocab_size": 101, "pad_id": 0, "max_len": 64,
+             "d_model": 32, "padded_vocab_size": 101}
     for fact, read_from in names.CONFIG_NAMES.items():
         # exact names, and the padded vocabulary's, which the vocabulary's name pattern fills
         assert {n: SMALL_VALUES.get(n, small_value(n)) for n in read_from} == dict.fromkeys(read_from, small[fact]), \

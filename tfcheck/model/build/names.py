@@ -106,6 +106,7 @@ WIDTH_FACTOR_SUFFIX = "_factor"
 #: fact -> the config / model attributes that hold it.
 CONFIG_NAMES: dict[str, tuple[str, ...]] = {
     "vocab_size": VOCAB_SIZE + SOURCE_VOCAB_SIZE,
+    "target_vocab_size": TARGET_VOCAB_SIZE,
     "output_vocab_size": TARGET_VOCAB_SIZE + VOCAB_SIZE,
     "pad_id": PAD_ID,
     "max_len": MAX_LEN,

@@ -28,6 +28,9 @@ class Facts:
     kind: str | None = None  # encoder | decoder | seq2seq | attention, or None when nothing says it
     causal: bool | None = None
     vocab_size: int | None = None
+    #: the rows of the token embedding a seq2seq model's decoder input reaches (its target vocabulary): the target
+    #: tokens are drawn below it; vocab_size's where both sides share one vocabulary
+    target_vocab_size: int | None = None
     output_vocab_size: int | None = None
     #: the logits' width where the config pads the vocabulary for speed (None: not padded, or unknown)
     padded_vocab_size: int | None = None

@@ -39,7 +39,7 @@ from tfcheck.model.facts.structure import (
     takes_varargs,
     torch_batch_first,
 )
-from tfcheck.model.facts.targets import decoder_input
+from tfcheck.model.facts.targets import decoder_input, target_embedding
 from tfcheck.model.facts.under_test import ModelUnderTest
 from tfcheck.report.report import Assumption
 
@@ -89,6 +89,7 @@ class _Resolver:
         self.kind()
         self.from_config("vocab_size")
         self.from_config("output_vocab_size", fallback=self.s.facts.vocab_size)
+        self.target_vocab()
         self.padded_vocab()
         self.from_config("pad_id", embedding_attr="padding_idx")
         self.from_config("max_len")
@@ -189,6 +190,28 @@ class _Resolver:
         if fallback is not None:
             return self.set(key, fallback, "same as vocab_size", show=False)
         self.set(key, None, "unknown", show=key in ("vocab_size", "d_model"))
+
+    def target_vocab(self) -> None:
+        """A seq2seq model's target vocabulary, its decoder input drawn below it: the config's (stated where it differs
+        from vocab_size), else, where no config names vocab_size (one for both sides), the decoder side's token
+        embedding (targets.target_embedding; the trial forward confirms it, trial.target_vocab), else vocab_size.
+        Its logits are as wide, unless the config says otherwise."""
+        facts = self.s.facts
+        if facts.kind != "seq2seq":
+            return
+        self.from_config("target_vocab_size", show=False)
+        if facts.target_vocab_size not in (None, facts.vocab_size):
+            self.s.assumptions.append(Assumption("target_vocab_size", facts.target_vocab_size,
+                                                 facts.sources["target_vocab_size"]))
+        found = target_embedding(self.model) if facts.sources["vocab_size"].startswith("nn.Embedding") else None
+        if facts.target_vocab_size is None and found is not None and found[1].num_embeddings != facts.vocab_size:
+            self.set("target_vocab_size", found[1].num_embeddings, f"nn.Embedding '{found[0]}'.num_embeddings (the "
+                     "decoder side's token embedding)")
+            if facts.sources.get("output_vocab_size") == "same as vocab_size":
+                self.set("output_vocab_size", facts.target_vocab_size, "same as target_vocab_size (the decoder "
+                         "predicts target tokens)")
+        elif facts.target_vocab_size is None:
+            self.set("target_vocab_size", facts.vocab_size, "same as vocab_size", show=False)
 
     def padded_vocab(self) -> None:
         """A padded vocabulary the config states, shown where it is wider than the output vocabulary."""

@@ -33,6 +33,26 @@ def token_embeddings(model: nn.Module) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, nn.Embedding) and m.num_embeddings not in lengths]
 
 
+def target_embedding(model: nn.Module) -> tuple[str, nn.Embedding] | None:
+    """The token embedding on the decoder side, by structure: the first token embedding after the source's (the
+    first) that sits outside the module holding the source's (any later one where the source's sits at the top),
+    and is not the source's table under another name. A hypothesis: the trial forward shows which table the decoder
+    input really reaches (tfcheck.model.trial.target_vocab). A second table inside the source's module is its
+    position or segment table, not the target's."""
+    names = token_embeddings(model)
+    modules = dict(model.named_modules())
+    if len(names) < 2:
+        return None
+    source = modules[names[0]]
+    holder = names[0].rpartition(".")[0]
+    for name in names[1:]:
+        module = modules[name]
+        if module.weight is source.weight or (holder and name.startswith(holder + ".")):
+            continue
+        return name, module
+    return None
+
+
 def decoder_input(model: nn.Module, params: dict[str, inspect.Parameter]) -> tuple[str, str] | None:
     """(parameter, why) for the parameter after the first that takes the decoder input, or None."""
     names = list(params)[1:]

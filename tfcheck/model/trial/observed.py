@@ -67,6 +67,8 @@ class Observed:
     returned: Any = None
     #: the key lengths attention ran over: a softmax's last axis, the keys of torch's attention functions
     attention_lengths: set[int] = field(default_factory=set)
+    #: the embedding tables the token ids read (size: their rows; role: the side, "tokens" or "target_tokens")
+    token_tables: list[Sighting] = field(default_factory=list)
     #: the first op each look-ahead mask the caller gives reached (tfcheck.model.trial.mask_uses)
     caller_mask_uses: list[MaskUse] = field(default_factory=list)
     #: the same trial forward with the caller's optional look-ahead mask arguments left at None (what the model
@@ -120,6 +122,7 @@ class Observer:
         inputs = tensors_in((args, kwargs))
         outs = tensors_in(out)
         self.follow_tokens(name, args, inputs, outs, where)
+        self.token_table(name, args, kwargs, inputs, where)
         self.follow_positions(name, args, kwargs, inputs, outs, where)
         self.follow_comparisons(name, args, kwargs, inputs, outs, where)
         self.masks.on_op(name, args, kwargs, inputs, outs, where)
@@ -143,6 +146,18 @@ class Observer:
             self.observed.attention_lengths.add(int(inputs[1].shape[0]))  # torch's (length, batch, d) here
         elif name in SOFTMAXES and inputs and inputs[0].is_floating_point() and inputs[0].dim() >= 3:
             self.observed.attention_lengths.add(int(inputs[0].shape[-1]))
+
+    def token_table(self, name: str, args: tuple, kwargs: dict, inputs: list, where: str) -> None:
+        """An embedding table indexed by token ids of one side: how many ids that side's tokens may take."""
+        if name != "embedding" or not inputs or id(inputs[0]) not in self.tokens:
+            return
+        weight = args[1] if len(args) > 1 else kwargs.get("weight")
+        if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+            role = self.tokens[id(inputs[0])]
+            table = self.owned.get(id(weight), "an embedding")
+            found = Sighting(f"embedding '{table}' of {weight.shape[0]} rows", where, int(weight.shape[0]), role=role)
+            if found not in self.observed.token_tables:
+                self.observed.token_tables.append(found)
 
     def follow_tokens(self, name: str, args: tuple, inputs: list, outs: list, where: str) -> None:
         roles = [self.tokens[id(t)] for t in inputs if id(t) in self.tokens]

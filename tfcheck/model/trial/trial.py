@@ -29,6 +29,7 @@ from tfcheck.model.trial import (
     own_causal_mask,
     sequence_layout,
     target_reading,
+    target_vocab,
 )
 from tfcheck.model.trial.observed import Observed
 from tfcheck.model.trial.outputs import infer_output
@@ -64,6 +65,7 @@ class Trial:
 #: Rules that read the trial forward's structure and settle facts from it, each (subject, observed) -> None.
 ADOPTERS: tuple[Callable[[ModelUnderTest, Observed], None], ...] = (
     sequence_layout.adopt,
+    target_vocab.adopt,
     caller_masks.adopt,
     own_causal_mask.adopt,
     internal_padding.adopt,
@@ -133,8 +135,8 @@ def adopt_structure(subject: ModelUnderTest, observed: Observed) -> bool:
 
 #: The facts the ADOPTERS may settle from the trial's structure: a check whose applicability reads one of them
 #: may apply after the trial when it did not before (the pytest plugin collects such checks anyway).
-SETTLED_BY_TRIAL = frozenset({"mask", "pad_id", "target_pad_id", "causal", "causal_mask", "batch_first", "head",
-                              "flat_output", "capacity", "output", "returns"})
+SETTLED_BY_TRIAL = frozenset({"mask", "pad_id", "target_pad_id", "target_vocab_size", "output_vocab_size", "causal",
+                              "causal_mask", "batch_first", "head", "flat_output", "capacity", "output", "returns"})
 
 #: Facts that leave the trial's probe as it was when they change: the capacity caps longer probes only (a
 #: probe of another length is another cache entry anyway).
