@@ -20,9 +20,19 @@ import torch
 
 from tfcheck.checks.numerics import value_origin
 from tfcheck.checks.numerics.projection_match import relative_to_projection
+from tfcheck.checks.numerics.scale_diagnosis import (
+    HARD_CODED_ROW,
+    TOLERANCE,
+    Written,
+    close,
+    diagnose,
+    hard_coded,
+    own_sizes,
+    shrunk_note,
+)
 from tfcheck.engine.registry import check
 from tfcheck.model.inputs import PROBE_BATCH
-from tfcheck.probe import recorded_probe
+from tfcheck.probe import literal_scale, recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
 from tfcheck.probe.operand_path import OperandPath, operand_ids, path_to_projection
 from tfcheck.probe.score_flow import MaskUse, written_into
@@ -32,9 +42,6 @@ from tfcheck.report.status import Status
 
 ID = "attention.scale"
 ROW = "attention-scale-wrong"
-#: Relative deviation from the expected scale that still counts as right (float rounding is ~1e-6;
-#: the named wrong scales are a factor √heads ≥ √2 or more away).
-TOLERANCE = 0.02
 #: The shared recorded probe's batch: several samples, so a bias shared by all of them (position bias,
 #: causal mask) can be told apart from the scale.
 BATCH = PROBE_BATCH
@@ -55,7 +62,7 @@ class Measured:
     norms: dict = field(default_factory=dict)  # operand -> the normalising ops between it and its projection
 
 
-@check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW,), order=62)
+@check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW, HARD_CODED_ROW), order=62)
 def attention_scale(ctx) -> list[Finding]:
     """One recorded forward: at every attention site, the logits over q_proj·k_projᵀ must be 1/√d_k."""
     subject = ctx.subject
@@ -79,9 +86,11 @@ def attention_scale(ctx) -> list[Finding]:
         measured.append(entry)
         if abs(m.scale / expected - 1) > TOLERANCE and not any(
                 f.location is not None and f.location.module == site.module for f in findings):
+            frames = value_origin.captured_frames(recorded)
             findings.append(_judge(subject, site, m, expected, known, entry,
                                    {c.event.index: c for c in collector.captured},
-                                   scale_location(site, recorded.recording, value_origin.captured_frames(recorded))))
+                                   scale_location(site, recorded.recording, frames),
+                                   written_scale(site, recorded.recording, frames)))
     if not measured:
         return [Finding(ID, Status.SKIP, "inconclusive: attention was found but no site's logits could be measured "
                         "(the scores varied too little across the batch)", evidence={"sites": len(sites)})]
@@ -139,6 +148,25 @@ def _scaling(site: AttentionSite, recording: Recording) -> tuple[OpEvent | None,
             return op, value
         made |= set(op.output_ids)  # a re-view or mask of the scores before they are scaled
     return None, None
+
+
+def written_scale(site: AttentionSite, recording: Recording, frames: dict) -> Written | None:
+    """The constant the site's scores are scaled by, where the source writes it as a number (``/ 8.0``, a
+    literal passed to a shared helper, ``scale=0.125``): read at the line that chose it, see probe/literal_scale.py."""
+    op, value = _scaling(site, recording)
+    if op is None or value is None or value == 0:
+        return None
+    found = value_origin.chosen_at(frames.get(op.index) or (), value)
+    file, line = (found[0].file, found[0].line) if found else (op.file or site.file, op.line or site.line)
+    literal = literal_scale.written_constant(file, line, value)
+    if literal is None:
+        return None
+    divides = site.form != "sdpa" and op.short_name in _DIVISIONS
+    return Written(literal, 1 / value if divides else value, divides)
+
+
+#: The scalings of value_origin.SCALINGS that divide the scores by their constant.
+_DIVISIONS = frozenset({"div", "__truediv__", "true_divide", "div_", "__itruediv__"})
 
 
 def _constant(op: OpEvent) -> float | None:
@@ -286,30 +314,26 @@ def _fitted_scale(raw: torch.Tensor | None, logits: torch.Tensor | None,
 
 # ----- judging ---------------------------------------------------------------------------------------
 
-def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]:
-    """(what the scale is, whether it is a known bug)."""
-    close = lambda x, y: abs(x / y - 1) <= TOLERANCE  # noqa: E731
-    root = math.sqrt(d_k)
-    if close(measured, 1.0):
-        return "not scaled (logits are the raw q·kᵀ)", True
-    if close(measured, root):
-        return f"multiplied by √d_k = {root:.3g} instead of divided", True
-    if d_model and d_model != d_k and close(measured, 1 / math.sqrt(d_model)):
-        return f"divided by √d_model = {math.sqrt(d_model):.3g} instead of √d_k = {root:.3g}", True
-    if close(measured, 1 / d_k):
-        return f"divided by d_k = {d_k} (the muP scale 1/d_k) instead of √d_k = {root:.3g}", False
-    return f"scaled by {measured:.4g} (= 1/{1 / measured:.4g}) instead of 1/√d_k = 1/{root:.3g}", False
-
-
 def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, entry: dict, by_index: dict,
-           where: tuple[Location, tuple[Related, ...]]) -> Finding:
+           where: tuple[Location, tuple[Related, ...]], written: Written | None = None) -> Finding:
     d_k = site.contracted
     assert d_k is not None  # every site records the size its score product sums over
-    what, bug = diagnose(m.scale, d_k, subject.facts.d_model)
+    d_model = subject.facts.d_model
+    if close(m.scale, 1.0):
+        written = None  # not scaled at all, at every head size: the constant tells nothing the measure does not
+    noted: dict = {}
+    if written is not None:
+        # A constant is judged at the model's own sizes: at tfcheck's shrunk ones it can equal a named scale.
+        what, bug, noted = hard_coded(written, m.scale, d_k, d_model, own_sizes(subject.loaded, d_model, d_k))
+    else:
+        what, bug = diagnose(m.scale, d_k, d_model)
+        # A 1/d_k computed from the head size follows tfcheck's shrink; the evidence says it was measured there.
+        if close(m.scale, 1 / d_k) and (note := shrunk_note(subject.loaded, d_model, d_k)):
+            noted = {"built_sizes": note}
     module = site.module or "<root>"
     location, related = where
     untraced = [name for name, c in m.traced.items() if c is None]
-    evidence = {**entry, "diagnosis": what,
+    evidence = {**entry, "diagnosis": what, **noted,
                 "normalised": {name: [f"{op.short_name} at {op.module}:{op.line}" for op in ops]
                                for name, ops in m.norms.items()}}
     if known:
@@ -332,14 +356,21 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
                        "flattens it. Use scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), or leave "
                        "scale=None in F.scaled_dot_product_attention.", location, evidence, row=ROW,
                        related=related)
-    status, message = Status.WARN, (
-        f"attention in '{module}' is {what} (d_k = {d_k}, measured {m.scale:.4g}, expected {expected:.4g}). "
-        "Some designs do this on purpose (T5 folds 1/√d_k into its initialisation, muP uses 1/d_k, qk-norm and "
-        "learned temperatures rescale); if yours does, declare accept={'attention.scale': 'why'}.")
+    if written is not None:
+        status, message = Status.WARN, (
+            f"attention in '{module}' is {what} (measured {m.scale:.4g}, expected 1/√{d_k} = {expected:.4g}). A "
+            "scale written as a number is right for one head size only; compute it from the head size: scores = "
+            "q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) (or leave scale=None in "
+            "F.scaled_dot_product_attention). If the constant is intended, declare accept={'attention.scale': 'why'}.")
+    else:
+        status, message = Status.WARN, (
+            f"attention in '{module}' is {what} (d_k = {d_k}, measured {m.scale:.4g}, expected {expected:.4g}). "
+            "Some designs do this on purpose (T5 folds 1/√d_k into its initialisation, muP uses 1/d_k, qk-norm and "
+            "learned temperatures rescale); if yours does, declare accept={'attention.scale': 'why'}.")
     reason = subject.accepted.get(ID)
     if reason:
         status, message = Status.ACCEPTED, f"{message} (accepted: {reason})"
-    return Finding(ID, status, message, location, evidence, row=ROW, related=related)
+    return Finding(ID, status, message, location, evidence, row=HARD_CODED_ROW if written else ROW, related=related)
 
 
 def _norm_ops(norms: dict) -> str:
