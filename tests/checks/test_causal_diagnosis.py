@@ -106,9 +106,12 @@ def test_the_story_of_a_missing_look_ahead_mask_is_told_line_by_line():
 def test_a_wrongly_built_mask_points_at_its_triangle_and_names_the_line_that_combines_it():
     finding = causal_finding(broken.CausalMaskOffByOne)
     related = {r.role: where(r) for r in finding.related}
-    assert related["look-ahead triangle built"] == where(finding.location)
-    assert related["mask built"] == line_of(broken.masks, "return padding_mask(tokens, self.config.pad_id) & causal"
-                                                          "  # (b, 1, s, s)")
+    # The mask joined from padding and the triangle is built where its (query, key) part is: the triangle's line.
+    assert where(finding.location) == line_of(broken.masks, "causal = torch.tril(torch.ones(s, s, dtype=torch.bool,"
+                                                            " device=tokens.device), diagonal=1)")
+    assert related["mask built"] == where(finding.location)
+    assert related["mask joined with another part"] == line_of(
+        broken.masks, "return padding_mask(tokens, self.config.pad_id) & causal  # (b, 1, s, s)")
     n = finding.evidence["lengths"][-1]
     assert finding.evidence["mask_reaching_scores"] == {  # triu(diagonal=2): what a may-not-attend mask blocks
         "future_blocked": (n - 1) * (n - 2) // 2, "future_pairs": n * (n - 1) // 2, "past_blocked": 0,

@@ -7,7 +7,8 @@ a recorded trace, and runs nothing.
 
 The line to change, by pattern: for a mask that is missing or wrongly built, where the mask that reaches the first
 leaking layer's scores is built (the look-ahead triangle it was made from, the op that made it float, the op that
-cut one row of it, or, in the model's own code, the line that made the mask handed to the layer); for a mask applied
+cut one row of it, or, in the model's own code, the line that made the mask handed to the layer, and of a mask
+joined from a padding part and a (query, key) part, the line of the latter); for a mask applied
 after the softmax or filled with too small a value, the applying line; for statistics over the sequence, the op;
 for a leak with a right mask, the op where the leak first appears. When no mask reaches the scores at all, the line
 that computes the scores, with the reason (the line that should build the mask cannot be known).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tfcheck.checks.mask.causal_masks import (
+    TRIANGLES,
     Applied,
     Site,
     blocked_summary,
@@ -27,6 +29,7 @@ from tfcheck.checks.mask.causal_masks import (
     entering,
     float_origin,
     narrowed,
+    shape_layout,
     site_problem,
     triangle,
 )
@@ -170,11 +173,15 @@ def _built(applied: list[Applied], layer: str | None) -> tuple[Place | None, lis
                 return None, [], f"the mask is {a.source}, made before the forward: its construction line is not " \
                                  "recorded"
             continue
-        node = pattern_origin(entering(a.mask, layer))
+        node, joins = pattern_walk(entering(a.mask, layer))
         own = node.own if node.own[0] else node.where
         more = []
         if node.where != own and node.file:
             more.append(_place("mask built (inside the helper it calls)", node.where, node.module))
+        for join in joins:  # the line that joined the part named with another (a padding mask)
+            where = join.own if join.own[0] else join.where
+            if where != own:
+                more.append(_place("mask joined with another part", where, join.module))
         leaves = [s for n in a.mask.lineage() for s in n.sources if s and s.startswith("buffer")]
         reason = (f"the mask is cut from {leaves[0]}, made before the forward: the line that builds that buffer is "
                   "not recorded") if leaves else None
@@ -185,17 +192,51 @@ def _built(applied: list[Applied], layer: str | None) -> tuple[Place | None, lis
 #: Ops that move or retype a mask's values without choosing them: the line that chose the pattern is before them.
 _RESHAPING = frozenset({"expand", "expand_as", "view", "reshape", "unsqueeze", "squeeze", "repeat", "bool", "float",
                         "to", "type_as", "contiguous", "broadcast_to", "long", "int", "half"})
+#: Ops that join two masks into one (a padding part and a look-ahead part, as ``pad & causal`` or
+#: ``causal.masked_fill(pad, -inf)``): the join is right when each part is, so the line to change is a part's.
+_COMBINING = frozenset({"__and__", "__rand__", "__iand__", "and_", "bitwise_and", "logical_and", "__or__", "__ror__",
+                        "__ior__", "or_", "bitwise_or", "logical_or", "__mul__", "__rmul__", "__imul__", "mul",
+                        "mul_", "__add__", "__radd__", "__iadd__", "add", "add_", "masked_fill", "masked_fill_",
+                        "minimum", "maximum", "where"})
 
 
 def pattern_origin(node: Node) -> Node:
     """The op that chose a mask's pattern: ``torch.ones(t, t)`` rather than the ``.expand(b, 1, t, t)`` that laid it
-    out for the scores (walked back through reshaping ops to a parent made in the model's code)."""
-    while node.op.rsplit(".", 1)[-1] in _RESHAPING:
-        parents = [p for p in node.parents if p is not None and p.masky and p.file]
-        if len(parents) != 1:
+    out for the scores (walked back through reshaping ops to a parent made in the model's code), nor the
+    ``pad & square`` that joined it with a padding mask (walked into the part laid out over (query, key))."""
+    return pattern_walk(node)[0]
+
+
+def pattern_walk(node: Node) -> tuple[Node, list[Node]]:
+    """``pattern_origin`` and the joins it walked through, nearest the scores first."""
+    joins: list[Node] = []
+    for _ in range(200):
+        name = node.op.rsplit(".", 1)[-1]
+        if name in _RESHAPING:
+            parents = [p for p in node.parents if p is not None and p.masky and p.file]
+            if len(parents) != 1:
+                break
+            node = parents[0]
+        elif name in _COMBINING and (part := square_part(node)) is not None:
+            joins.append(node)
+            node = part
+        else:
             break
-        node = parents[0]
-    return node
+    return node, joins
+
+
+def square_part(join: Node) -> Node | None:
+    """The operand of a join that carries the (query, key) structure: the one laid out over both axes when every
+    other operand broadcasts over one of them (a padding mask, (b, 1, 1, s) or (b, 1, s, 1)); else the one made
+    from a triangle when only one is. None when no operand is made in the model's code or the choice is not
+    clear (two full squares, neither from a triangle)."""
+    operands = [p for p in join.parents if p is not None]
+    squares = [p for p in operands if min(shape_layout(p.shape)) > 1]
+    if len(squares) > 1:
+        squares = [p for p in squares if any(n.op in TRIANGLES for n in p.lineage())]
+    if len(squares) != 1 or not (squares[0].masky and squares[0].file):
+        return None
+    return squares[0]
 
 
 def diagnose(trace: CausalTrace, layer: str | None, layer_map: torch.Tensor | None, tol: float) -> Diagnosis:

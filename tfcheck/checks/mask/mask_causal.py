@@ -27,12 +27,14 @@ from tfcheck.checks.mask.causal_patterns import (
     shape_pattern,
 )
 from tfcheck.checks.mask.causal_trace import CausalTrace
+from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import Inconclusive, NotApplicable, check
 from tfcheck.frames import short_path
 from tfcheck.model.facts.structure import takes_torch_tgt_mask
 from tfcheck.model.inputs import PROBE_LENGTH, with_torch_causal_mask
 from tfcheck.probe import flow, layer_capture
 from tfcheck.probe.attention_view import visible_attention
+from tfcheck.probe.forward_caches import forward_caches, unset
 from tfcheck.report import leak_map
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
@@ -227,17 +229,29 @@ def _forbidden(n: int) -> torch.Tensor:
 # ----- naming the pattern and the line ------------------------------------------------------------
 
 def _trace(ctx, m: Measurement) -> CausalTrace:
-    """One more pass of the measured batch (the same sequences, the same perturbation) under the op recorder."""
+    """One more pass of the measured batch (the same sequences, the same perturbation) under the op recorder. A
+    tensor an earlier forward cached on the model (a mask built on first use) is built again in it, so the line
+    that builds it is seen; a model that cannot run so is recorded as it is."""
     subject = ctx.subject
     n = m.length
     sequence, where = _perturbed_sequence(ctx, n, seed=n)
     args, kwargs = _inputs(subject, sequence, n)
     given = {id(v): f"argument '{k}'" for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    trace = CausalTrace(subject.model, n, perturbed_positions(n), m.first_layer, MaskReader(n), given)
-    with visible_attention(), layer_capture.perturbed_embedding(subject.model, sequence, where, n):
-        ctx.record(args, kwargs, f"a recorded forward of the length-{n} probe (where the leak first appears, and "
-                                 "the mask that reaches the scores)", on_op=trace.on_op)
-    return trace
+    caches = forward_caches(subject.model, getattr(subject.loaded.sites, "attributes", None))
+
+    def recorded(rebuilt: list) -> CausalTrace:
+        trace = CausalTrace(subject.model, n, perturbed_positions(n), m.first_layer, MaskReader(n), given)
+        with visible_attention(), layer_capture.perturbed_embedding(subject.model, sequence, where, n), unset(rebuilt):
+            ctx.record(args, kwargs, f"a recorded forward of the length-{n} probe (where the leak first appears, "
+                                     "and the mask that reaches the scores)", on_op=trace.on_op)
+        return trace
+
+    try:
+        return recorded(caches)
+    except ModelRaised:
+        if not caches:
+            raise
+        return recorded([])
 
 
 def _diagnosis(ctx, m: Measurement) -> tuple[str, Diagnosis]:

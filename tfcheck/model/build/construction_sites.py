@@ -1,5 +1,6 @@
 """Where the user's code built each part of a model: the line that registered each submodule, parameter and
-buffer, the last line that wrote a parameter in place (an init), and the line that froze it.
+buffer, the last line that wrote a parameter in place (an init), and the line that froze it; and the plain
+attributes each module had when the build ended (so a cache a forward fills later can be told apart).
 
 Many defects sit on construction lines a forward never shows (``requires_grad_(False)``, an init that
 re-draws the head, ``nn.Embedding(..., padding_idx=0)``), so the build tfcheck performs is watched: torch's
@@ -46,6 +47,9 @@ class ConstructionSites:
     written: dict[str, Site] = field(default_factory=dict)
     #: parameter -> the line that set its requires_grad to False
     frozen: dict[str, Site] = field(default_factory=dict)
+    #: module path -> its plain instance attributes when the build ended: name -> whether it held None (an
+    #: attribute a forward fills later, a lazily built cache, is absent here or held None)
+    attributes: dict[str, dict[str, bool]] = field(default_factory=dict)
     #: why nothing was recorded (a torch without the hooks); None when the build was watched
     reason: str | None = None
 
@@ -151,6 +155,8 @@ def _sites(watch: _Watch, model: Any, reason: str | None) -> ConstructionSites:
             _note(out.frozen, path, watch.frozen, param)
         for path, buffer in model.named_buffers():
             _note(out.buffers, path, watch.registered, buffer)
+        for path, module in model.named_modules():
+            out.attributes[path] = {name: value is None for name, value in vars(module).items()}
     except Exception as exc:  # noqa: BLE001 - a model whose traversal raises gets no sites, not a crash
         out.reason = f"the built model's parts could not be listed ({type(exc).__name__}: {exc})"
     return out
