@@ -4,10 +4,16 @@ models — the reference models, torch.nn used as documented, Hugging Face model
 no failure."""
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import pytest
 import torch
+import torch.nn as nn
 
 import tfcheck
+import zoo_flow
+import zoo_masks
 from helpers import nn_encoder, nn_transformer, result
 from reference_model.broken import flow as broken
 from tfcheck import Status
@@ -175,3 +181,66 @@ def test_a_model_without_zero_weights_is_measured_as_it_is():
     assert any(a.key == "zero weights re-drawn" for a in report.assumptions)
     plain = tfcheck.run_checks("reference_model:TransformerLM", only=["mask.causal"]).models[0]
     assert not any(a.key == "zero weights re-drawn" for a in plain.assumptions)
+
+
+# ----- a pooled output, measured on the states it is made from; a table read with no axis of the length -----------
+
+class _TokensAndPositions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(zoo_masks.VOCAB, zoo_masks.D), nn.Embedding(16, zoo_masks.D)
+
+    def forward(self, ids):
+        return self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
+
+
+class PooledWithPositions(zoo_masks.PooledClassifier):
+    """Correct: the [CLS] classifier with a learned position table added to its token embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.embeddings = _TokensAndPositions()
+
+
+class FoldsPositions(PooledWithPositions):
+    """(batch, s * d): the length folded into the features, no op pools it, so no per-position states are found."""
+
+    def forward(self, input_ids, attention_mask=None):
+        return zoo_masks.HFLikeEncoder.forward(self, input_ids, attention_mask).flatten(1)
+
+
+class OneRowForEveryPosition(zoo_flow.TutorialEncoderWithoutPositions):
+    """Bug: a learned position table read at one index (the length), the same row added at every position."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = nn.Embedding(zoo_flow.MAX_LEN, zoo_flow.D)
+
+    def forward(self, x, mask=None):
+        row = self.positions(torch.tensor(x.size(1) - 1, device=x.device))  # BUG: one row, not arange(length)
+        h = self.embedding(x) * math.sqrt(zoo_flow.D) + row
+        keep = None if mask is None else mask.bool()[:, None, None, :]
+        for layer in self.layers:
+            h = layer(h, keep)
+        return h
+
+
+def test_a_pooled_output_is_measured_on_the_states_it_is_made_from_both_ways():
+    passed = result(PooledWithPositions, "position.sensitivity", kind="encoder").findings[0]
+    assert passed.status is Status.PASS and "measured on the output of 'layer.1'" in passed.message, passed.message
+    assert passed.evidence["pooled_output"]["tensor"] == "the output of 'layer.1'"
+    found = failure("zoo_masks:PooledClassifier", "position.sensitivity", kind="encoder")  # no positions at all
+    assert found.row == "no-position-signal" and "only permuted the output of 'layer.1'" in found.message
+    assert found.evidence["positive_control_change"] > 10 * found.evidence["tolerance"]
+
+
+def test_an_output_with_no_pooled_states_behind_it_stays_inconclusive():
+    skipped = result(FoldsPositions, "position.sensitivity", kind="encoder").findings[0]
+    assert skipped.status is Status.SKIP and "no per-position states were found" in skipped.message
+
+
+def test_a_position_table_read_with_no_axis_of_the_length_is_named_at_its_read():
+    found = failure(OneRowForEveryPosition, "position.sensitivity")
+    line = next(i for i, code in enumerate(Path(__file__).read_text().splitlines(), 1) if "# BUG: one row" in code)
+    assert found.location.line == line and found.location.file.endswith("test_flow_checks.py"), found.location
+    assert "the table 'positions.weight'" in found.message and found.evidence["table_read"]["result_shape"] == (32,)

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 import tfcheck
+import zoo_masks
 from helpers import result
 from reference_model import broken
 from tfcheck import Status
@@ -206,3 +207,23 @@ def test_an_observer_that_raises_fails_only_its_own_check(monkeypatch, registry,
     got = results("reference_model:TransformerLM")
     assert got[owner].status is Status.ERROR and "observer bug" in got[owner].findings[0].message
     assert all(got[other].status is Status.PASS for other in others)
+
+
+# ----- a pooled output: the real positions are read off the states the model pools ------------------------------
+
+class PooledFillsMinusInf(zoo_masks.PooledClassifier):
+    """Bug: the [CLS] classifier's key mask filled with -inf: the fully padded sample's softmax rows are all -inf."""
+
+    def extended(self, attention_mask, dtype):
+        pad = attention_mask[:, None, None, :] == 0
+        return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill(pad, float("-inf"))
+
+
+def test_a_pooled_output_is_judged_on_the_states_it_is_made_from_both_ways():
+    passed = result("zoo_masks:PooledClassifier", NAN).findings[0]
+    assert passed.status is Status.PASS and "Measured on the output of 'layer.1'" in passed.message, passed.message
+    assert passed.evidence["pooled_output"]["pooled_at"]["file"].endswith("zoo_masks.py")
+    failed = result(PooledFillsMinusInf, NAN).findings[0]
+    assert failed.status is Status.FAIL and failed.evidence["parameters_with_non_finite_gradient"], failed.message
+    assert failed.evidence["measured"] == "the output of 'layer.1' and the pooled output"
+    assert failed.evidence["non_finite_output_per_sample"] == [False, False, True]

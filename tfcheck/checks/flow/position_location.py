@@ -1,8 +1,13 @@
 """Where position.sensitivity's failures are to be fixed, read off the shared recorded forward (batch and length
-distinct), never off module or class names: the op that reads a table of the model by the batch axis, or the
-place the positional encoding is missing from (a module that computes nothing where it belongs, else the first
-use of the embedded tokens)."""
+distinct), never off module or class names: the op that reads a table of the model by the batch axis; the op that
+reads a table of the model long enough for every position but leaves no axis of the length (``pe[x.size(1)]``, one
+row for all); or the place the positional encoding is missing from (a module that computes nothing where it
+belongs, else the first use of the embedded tokens)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
 
 from tfcheck.checks.shape.shape_residual import Dataflow
 from tfcheck.probe import recorded_probe
@@ -35,6 +40,61 @@ def table_indexed_by_batch(ctx) -> Location:
             return Location(op.module, op.file, op.line)
     return Location(module="", reason="the recorded forward shows no read of a table of the model sized by the "
                     "batch; the dependence on the batch index is measured on the whole output")
+
+
+@dataclass(frozen=True)
+class TableRead:
+    """A read of a table of the model, with room for every position, that leaves no axis of the sequence's length:
+    the positions were meant to come from it and none do."""
+
+    table: str
+    rows: int
+    result: tuple[int, ...]
+    location: Location
+
+    def describe(self) -> str:
+        return (f"the table '{self.table}' ({self.rows} rows) is read at {self.location.file}:{self.location.line} "
+                f"into shape {self.result}, which has no axis of the sequence's length: every position gets the "
+                "same rows. Read one row per position (pe[:length], pos_emb(arange(length)))")
+
+
+def table_read_without_positions(ctx) -> TableRead | None:
+    """The first read, before the first attention and reaching it, of a table of the model (a parameter, a buffer or
+    a plain tensor attribute, as tutorials keep a sinusoid) of at least as many rows as the sequence has positions,
+    whose result has neither a batch nor a length axis: no token lookup (per sample, per position) is such a read,
+    and a position table read so gives every position the same rows."""
+    recording, batch, length = _recorded(ctx)
+    if batch == length:
+        return None
+    tables = _tables(ctx.subject.model)
+    graph = Dataflow(recording)
+    stop = next((op for op in graph.ops if op.phase == "forward" and op.short_name in _ATTENTION), None)
+    if stop is None:
+        return None
+    for op in graph.ops:
+        if op.index >= stop.index:
+            break
+        table = next((tables[t] for t in op.input_ids if t in tables), None)
+        if op.phase != "forward" or op.short_name not in _ROW_READS or table is None or not op.outputs \
+                or not op.file or not op.outputs[0].dtype.startswith(("float", "bfloat")):
+            continue
+        name, shape = table
+        result = op.outputs[0].shape
+        if len(shape) < 2 or max(shape[:-1]) < length or length in result or (result and result[0] == batch):
+            continue
+        if any(graph.depends(t, set(op.output_ids)) for t in stop.input_ids):
+            return TableRead(name, max(shape[:-1]), result, Location(op.module, op.file, op.line))
+    return None
+
+
+def _tables(model) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """id -> (name, shape) of the model's parameters, buffers and tensors kept as plain attributes."""
+    found = {id(t): (n, tuple(t.shape)) for n, t in (*model.named_parameters(), *model.named_buffers())}
+    for path, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and id(value) not in found:
+                found[id(value)] = (f"{path}.{attr}" if path else attr, tuple(value.shape))
+    return found
 
 
 def unplaced_positions(ctx) -> Location:

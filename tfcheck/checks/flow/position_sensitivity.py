@@ -16,9 +16,11 @@ import math
 
 import torch
 
-from tfcheck.checks.flow.position_location import table_indexed_by_batch, unplaced_positions
+from tfcheck.checks.flow import position_location
+from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.inputs import TARGET_LENGTH_DELTA
+from tfcheck.probe import pooled_source
 from tfcheck.probe.flow import ROUNDING, tolerance
 from tfcheck.report.findings import Finding, Location
 from tfcheck.report.status import Status
@@ -87,34 +89,55 @@ def _encoder_order(ctx, length: int) -> Finding:
     gen = torch.Generator().manual_seed(11)
     x, y = subject.random_primary(1, length, gen), subject.random_primary(1, length, gen)
     perm = permutation(length)
-    outs, tol = _order_passes(ctx, [subject.inputs_for(torch.cat([x, x])),
-                                    subject.inputs_for(torch.cat([x[:, perm], y]))], length)
+    outs, tol, source = _order_passes(ctx, [subject.inputs_for(torch.cat([x, x])),
+                                            subject.inputs_for(torch.cat([x[:, perm], y]))], length)
     if outs is None:
         return Finding(ID, Status.SKIP, "inconclusive: the output is not (batch, length, ...), so permuted positions "
-                       "cannot be compared; declare 'output' if another tensor is per position")
+                       "cannot be compared, and no per-position states were found behind it (no op of the model "
+                       "pools them); declare 'output' if another tensor is per position")
     same, moved = outs
     equivariance = float((moved[0] - same[0][perm]).abs().max())
     control = float((moved[1] - same[1]).abs().max())
     index = float((same[1] - same[0]).abs().max())
-    evidence = {"measured": "permutation equivariance of the output", "permutation": perm.tolist(),
+    measured = "the output" if source is None else source.name
+    evidence = {"measured": f"permutation equivariance of {measured}", "permutation": perm.tolist(),
                 "length": length, "largest_change_beyond_the_permutation": equivariance, "tolerance": tol,
                 "positive_control_change": control, "same_sequence_other_batch_index_change": index,
                 "causal": subject.facts.causal}
+    if source is not None:
+        evidence["pooled_output"] = {**source.evidence(), "why": "the output is pooled, (batch, C): the permutation "
+                                     "is measured on the per-position states it is made from"}
     return _order_verdict(ctx, equivariance, control, index, tol, evidence, "encoder", (
-        "permuting the input tokens only permuted the outputs"))
+        "permuting the input tokens only permuted the outputs" if source is None
+        else f"permuting the input tokens only permuted {source.describe()}"))
 
 
 def _order_passes(ctx, inputs: list, length: int, per_position: bool = True):
     """Run [x, x] and [permuted x, other tokens]: the permuted sequence sits at the same batch index and batch
-    size as the original, so a batch-indexed table cannot pass for a positional signal."""
+    size as the original, so a batch-indexed table cannot pass for a positional signal. A pooled (batch, C) output
+    is measured on the per-position states the model pools (tfcheck.probe.pooled_source), named as the third
+    value; (None, None, None) when neither is laid out (batch, length, ...)."""
     what = (f"a forward at batch 2, length {length}: the same sequence twice",
             f"a forward at batch 2, length {length}: the sequence permuted, other tokens")
     probes = [ctx.run(*args_kwargs, w) for args_kwargs, w in zip(inputs, what)]
     outs = [p.output.detach().double() for p in probes]
-    if any(o.dim() < 1 or o.shape[0] != 2 or (per_position and (o.dim() < 2 or o.shape[1] != length))
-           for o in outs):
-        return None, None
-    return outs, max(tolerance(p.output) for p in probes)
+    if not any(o.dim() < 1 or o.shape[0] != 2 or (per_position and (o.dim() < 2 or o.shape[1] != length))
+               for o in outs):
+        return outs, max(tolerance(p.output) for p in probes), None
+    try:
+        source = pooled_source.find(ctx) if per_position and all(o.dim() == 2 for o in outs) else None
+    except ModelRaised:  # the recorded forward that finds the states: no states to measure
+        source = None
+    if source is None:
+        return None, None, None
+    states = []
+    for args_kwargs, w in zip(inputs, what):
+        capture = source.capture(2, length)
+        ctx.record(*args_kwargs, f"{w}, recorded to read {source.name}", on_op=capture)
+        if capture.states is None:
+            return None, None, None
+        states.append(capture.states.detach())
+    return [s.double() for s in states], max(tolerance(s) for s in states), source
 
 
 def _source_order(ctx, length: int) -> Finding:
@@ -125,8 +148,9 @@ def _source_order(ctx, length: int) -> Finding:
     x, y = subject.random_primary(1, length, gen), subject.random_primary(1, length, gen)
     target = _repeat(subject.random_primary(1, max(1, length + TARGET_LENGTH_DELTA), gen), 2)
     perm = permutation(length)
-    outs, tol = _order_passes(ctx, [subject.inputs_for(torch.cat([x, x]), target),
-                                    subject.inputs_for(torch.cat([x[:, perm], y]), target)], length, per_position=False)
+    outs, tol, _ = _order_passes(ctx, [subject.inputs_for(torch.cat([x, x]), target),
+                                       subject.inputs_for(torch.cat([x[:, perm], y]), target)], length,
+                                 per_position=False)
     if outs is None:
         return Finding(ID, Status.SKIP, "inconclusive: the output has no batch axis first, so samples cannot be "
                        "compared; declare 'output' to pick the decoder's logits")
@@ -155,8 +179,10 @@ def _order_verdict(ctx, change: float, control: float, index: float, tol: float,
                        f"change {control:.3g}, tolerance {tol:.3g}), so the probe did not reach it", evidence=evidence)
     if change > tol:
         how = "changed the decoder output by" if side == "source" else "changed the output beyond the permutation by"
+        on = f" (measured on {evidence['pooled_output']['tensor']}: the output is pooled)" \
+            if "pooled_output" in evidence else ""
         return Finding(ID, Status.PASS, f"{where} sees positions: permuting the tokens {how} {change:.3g} "
-                       f"(tolerance {tol:.3g})", Location(module=""), evidence)
+                       f"(tolerance {tol:.3g}){on}", Location(module=""), evidence)
     if index > tol:
         return _axis_finding(ctx, index, tol, evidence, f"{symptom}, and two identical sequences at batch index "
                              "0 and 1 got different outputs")
@@ -178,16 +204,21 @@ def _order_verdict(ctx, change: float, control: float, index: float, tol: float,
             "accept=position.sensitivity:REASON"), Location(module="", reason="a faint signal is the whole model's "
                                                             "at its initialisation, no one line's"),
             {**evidence, "rounding": tol / FAINT}, ROW_NONE)
-    location = unplaced_positions(ctx)
-    placeholder = (f" '{location.module}', built at {location.file}:{location.line}, computes nothing on the way from "
-                   "the token embedding to the attention: is it where the positional encoding belongs?"
-                   if location.line and not location.reason else "")
+    read = position_location.table_read_without_positions(ctx)
+    location = read.location if read is not None else position_location.unplaced_positions(ctx)
+    fix = ("add a positional encoding to the token embedding (x = embed(tokens) + pe[:, :length]) or use "
+           "rotary/relative positions in the attention.")
+    if read is not None:
+        # A table is there and read, so the advice is about the read, not about adding positions.
+        evidence = {**evidence, "table_read": {"table": read.table, "rows": read.rows, "result_shape": read.result}}
+        fix = f"the model has a table for them, but {read.describe()}."
+    elif location.line and not location.reason:
+        fix += (f" '{location.module}', built at {location.file}:{location.line}, computes nothing on the way from "
+                "the token embedding to the attention: is it where the positional encoding belongs?")
     return Finding(ID, Status.FAIL, (
         f"{where} has no positional signal: {symptom} (largest change {change:.3g}, tolerance {tol:.3g}), "
         f"while changing the tokens changes it by {control:.3g}. Self-attention and the feed-forward layers are "
-        "blind to order; add a positional encoding to the token embedding (x = embed(tokens) + pe[:, :length]) "
-        f"or use rotary/relative positions in the attention.{placeholder}"),
-        location, evidence, ROW_NONE)
+        f"blind to order; {fix}"), location, evidence, ROW_NONE)
 
 
 def _axis_finding(ctx, index: float, tol: float, evidence: dict, symptom: str) -> Finding:
@@ -196,7 +227,7 @@ def _axis_finding(ctx, index: float, tol: float, evidence: dict, symptom: str) -
         "sequence sits in the batch, not on where a token sits in the sequence. A positional table is indexed "
         "with the batch axis: pe[:x.size(0)] or pos_emb(arange(x.size(0))) on a batch-first (batch, length, d) "
         "tensor. Index it with the length, x.size(1) (or transpose to (length, batch, d) first)"),
-        table_indexed_by_batch(ctx), evidence, ROW_AXIS)
+        position_location.table_indexed_by_batch(ctx), evidence, ROW_AXIS)
 
 
 # ----- first attention scores -----------------------------------------------------------------------

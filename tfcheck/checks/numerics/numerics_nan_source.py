@@ -14,9 +14,10 @@ import torch
 import torch.nn as nn
 
 from tfcheck.checks.numerics import value_origin
+from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.model.inputs import PROBE_LENGTH, TARGET_LENGTH_DELTA
-from tfcheck.probe import padded_probe
+from tfcheck.probe import padded_probe, pooled_source
 from tfcheck.probe.numerics import FILLS, NonFiniteTracker, Producer, all_finite
 from tfcheck.recording.recorder import OpEvent, Recorder
 from tfcheck.report.findings import Finding, Location, Related
@@ -48,23 +49,36 @@ def nan_source(ctx) -> list[Finding]:
     subject = ctx.subject
     args, kwargs, keep = _padded_batch(subject)
     params = [p for p in subject.model.parameters() if p.requires_grad and p.is_floating_point()]
-    tracker, fills = NonFiniteTracker(), InfiniteFills()
-    riders = padded_probe.start(subject.model)  # numerics.half reads the mask constants of this forward
-    grads: Sequence[torch.Tensor | None] = []
-    with Recorder(subject.model, on_op=both(tracker, fills, riders)):
-        probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row", grad=True)
-        padded_probe.keep(subject, riders)
-        out = probe.output
-        real = _real_positions(out, keep)
-        if params and out.requires_grad and real is not None:
-            weights = torch.randn(out.shape[-1], generator=torch.Generator().manual_seed(5)).to(out.device, out.dtype)
-            loss = (out[real] * weights).sum()
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-            ctx.count_backward(probe.batch * probe.length)
+    source: pooled_source.PooledSource | None = None
+    for attempt in range(2):
+        tracker, fills = NonFiniteTracker(), InfiniteFills()
+        riders = padded_probe.start(subject.model)  # numerics.half reads the mask constants of this forward
+        capture = source.capture(*keep.shape) if source is not None else None
+        grads: Sequence[torch.Tensor | None] = []
+        with Recorder(subject.model, on_op=both(tracker, fills, riders, *([capture] if capture else []))):
+            probe = ctx.run(args, kwargs, "a forward and backward on a padded batch with a fully padded row"
+                            + (f", recorded to read {source.name}" if source is not None else ""), grad=True)
+            padded_probe.keep(subject, riders)
+            out = measured = probe.output
+            real = _real_positions(out, keep)
+            if real is None and capture is not None and capture.states is not None:
+                measured = capture.states
+                real = _real_positions(measured, keep)
+            if params and measured.requires_grad and real is not None:
+                grads = _gradients(ctx, probe, out, measured, real, keep, params)
+        # A pooled (batch, C) output has no positions to tell real from padded: once more, reading the states it is
+        # pooled from (only then: the shared recorded forward that finds them is not every model's cost).
+        if real is not None or attempt or subject.kind == "seq2seq" or (source := _pooled_states(ctx)) is None:
+            break
     if real is None:
         return [Finding(ID, Status.SKIP, f"inconclusive: the output {tuple(out.shape)} is not laid out (batch, length, "
                         f"...) like the padded batch {tuple(keep.shape)}, so real and padded positions cannot be told "
-                        "apart", evidence={"output_shape": tuple(out.shape), "batch": tuple(keep.shape)})]
+                        "apart, and no per-position states were found behind it (no op of the model pools them)",
+                        evidence={"output_shape": tuple(out.shape), "batch": tuple(keep.shape)})]
+    on = ""
+    if measured is not out and source is not None:
+        on = f" Measured on {source.describe()}, and on the pooled output."
+        out = torch.cat([measured.detach().flatten(1), out.detach().flatten(1).to(measured.dtype)], dim=1)
     per_sample = [bool((~torch.isfinite(out[i].detach())).any()) for i in range(out.shape[0])]
     bad_grads = [name for (name, p), g in zip(_named(subject.model, params), grads)
                  if g is not None and not all_finite(g)]
@@ -74,6 +88,9 @@ def nan_source(ctx) -> list[Finding]:
                 "padding_built_by": _how_padded(subject),
                 "first_nan_producer": tracker.nan.to_dict() if tracker.nan else None,
                 "first_inf_producer": tracker.inf.to_dict() if tracker.inf else None}
+    if on and source is not None:
+        evidence["measured"] = f"{source.name} and the pooled output"
+        evidence["pooled_output"] = source.evidence()
     producer = tracker.nan or tracker.inf
     if any(per_sample[:2]) or bad_grads:
         spread = [w for w, bad in (("the outputs of real (not fully padded) samples", any(per_sample[:2])),
@@ -84,7 +101,7 @@ def nan_source(ctx) -> list[Finding]:
                         f"{' and '.join(spread)}. "
                         + _cause(producer) + " A row with every key masked must stay finite: fill with "
                         "torch.finfo(scores.dtype).min instead of -inf, or zero the probabilities of fully masked "
-                        "rows.",
+                        "rows." + on,
                         location, evidence, row=ROW, related=related)]
     if per_sample[2]:
         inside_torch_mha = producer is not None and _inside_torch_mha(subject.model, producer)
@@ -96,6 +113,7 @@ def nan_source(ctx) -> list[Finding]:
         else:
             message += (" Harmless only while no loss or metric reads that row; drop empty sequences or fill masks "
                         "with finfo.min.")
+        message += on
         location, related = _located(producer, fills)
         return [Finding(ID, Status.WARN, message, location, {**evidence, "warning": "fully padded row"},
                         row=ROW, related=related)]
@@ -103,7 +121,23 @@ def nan_source(ctx) -> list[Finding]:
         return [Finding(ID, Status.SKIP, "inconclusive: no gradient reached a parameter, so the backward was not "
                         "checked", Location(module=""), evidence)]
     return [Finding(ID, Status.PASS, f"outputs and {evidence['gradients_checked']} gradients are finite on a padded "
-                    "batch with a fully padded row", Location(module=""), evidence)]
+                    f"batch with a fully padded row{'.' + on if on else ''}", Location(module=""), evidence)]
+
+
+def _gradients(ctx, probe, out: torch.Tensor, measured: torch.Tensor, real: torch.Tensor, keep: torch.Tensor,
+               params: list) -> Sequence[torch.Tensor | None]:
+    """The parameters' gradients of a loss that reads the real positions of ``measured`` (the output, or the states
+    a pooled output is made from, and then also the pooled outputs of the samples with a real token, as a
+    classifier's loss reads them)."""
+    gen = torch.Generator().manual_seed(5)
+    weights = torch.randn(measured.shape[-1], generator=gen).to(measured.device, measured.dtype)
+    loss = (measured[real] * weights).sum()
+    if measured is not out and out.is_floating_point() and out.requires_grad:
+        rows = keep.any(1).to(out.device)
+        loss = loss + (out[rows] * torch.randn(out.shape[1:], generator=gen).to(out.device, out.dtype)).sum()
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    ctx.count_backward(probe.batch * probe.length)
+    return grads
 
 
 def _padded_batch(subject):
@@ -213,3 +247,10 @@ def _inside_torch_mha(model: nn.Module, producer: Producer) -> bool:
             return True
         path = path.rpartition(".")[0]
     return False
+
+
+def _pooled_states(ctx) -> pooled_source.PooledSource | None:
+    try:
+        return pooled_source.find(ctx)
+    except ModelRaised:  # the recorded forward that finds the states: none to measure, the output stays unreadable
+        return None
