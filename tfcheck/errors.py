@@ -19,3 +19,13 @@ class SpecError(UsageError):
 
 class DeclarationError(UsageError):
     """An unknown declaration key or a value of the wrong type."""
+
+
+class MaskUnread(TfcheckError):
+    """The padding mask cannot be given: the trial forward raised in every reading of an optional mask argument
+    tfcheck tried (tfcheck.model.trial.optional_mask). A check that pads through it is inconclusive, never failed: the
+    reading was tfcheck's guess, not the model's contract. ``reason`` names the declaration that settles it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

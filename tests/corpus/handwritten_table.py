@@ -88,15 +88,8 @@ EXPLAINED: dict[tuple[str, str], str] = {
 
 #: (model, "correct" | "bug") -> what tfcheck does not do yet on it.
 GAPS: dict[tuple[str, str], str] = {
-    ("padded-vocab-gpt", "bug"): "the mask is cached on the model by an earlier forward: the line that built it is "
-                                 "not recorded, so the finding names the slicing line",
-    ("bentrevett-seq2seq", "bug"): "mask.causal FAILs but names the line that joins the pad mask with the square "
-                                   "(trg_pad_mask & trg_sub_mask), not the line that builds the square without tril",
-    ("additive-mask-encoder", "correct"): "a (batch, length) keep mask is given to an additive (b, 1, s, s) mask "
-                                          "argument, and the model's raise is reported as a FAIL",
-    ("additive-mask-encoder", "bug"): "position.sensitivity FAILs without naming the line that indexes the table",
-    ("bert-classifier", "correct"): "position.sensitivity and numerics.nan_source are inconclusive on the pooled "
-                                    "(batch, labels) output",
+    ("additive-mask-encoder", "correct"): "numerics.nan_source FAILs on the -inf that tfcheck's own additive mask puts "
+                                          "on the fully padded row (the model fills nothing itself)",
 }
 
 

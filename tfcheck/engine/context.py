@@ -43,7 +43,7 @@ from tfcheck.model.build.user_code import user_code
 from tfcheck.model.facts.structure import without_cache
 from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.subject import Subject
-from tfcheck.model.trial import caller_masks, trial
+from tfcheck.model.trial import caller_masks, optional_mask, trial
 from tfcheck.model.trial.flat_outputs import output_size
 from tfcheck.model.trial.observed import Observed, Observer
 from tfcheck.model.trial.outputs import as_checks_read
@@ -112,19 +112,16 @@ class CheckContext:
         return Probe(args, kwargs, raw, self.subject.extract_output(raw), batch, length)
 
     def settle(self) -> Trial:
-        """The facts only a forward shows (the layout of a mask the forward requires, which tensor of the return
-        value is the output), settled once per model by the model layer's trial forward of the standard probe.
-
-        The engine calls this before every check, under the check's guard, budget and device placement; the
-        first check that runs (forward.smoke) pays for the trial's forwards, as when it settled them itself,
-        and its probe is the memoised standard probe the other checks reuse."""
+        """The facts only a forward shows (a required mask's layout, an optional mask's reading, the output's
+        selection), settled once per model by the model layer's trial, called before every check under its guard,
+        budget and device placement: the first check (forward.smoke) pays for the trial's forwards, and its probe
+        is the memoised standard probe the other checks reuse."""
         subject = self.subject
         if subject.trial is not None:
             settled: Trial = subject.trial
             return settled
         batch, length = PROBE_BATCH, subject.probe_length()
         what = f"a forward at batch {batch}, length {length}"
-
         lengths = (length, max(1, length + TARGET_LENGTH_DELTA)) if subject.takes_target else (length,)
         unassisted: list[TrialRun | None] = []  # the trial with look-ahead masks at None
 
@@ -147,11 +144,14 @@ class CheckContext:
                 observed = observer.finish(recorder.recording)
             return args, kwargs, raw, observed, (recorder, fan_out)
 
-        def forward(observe: bool) -> TrialRun:
+        def forward(observe: bool, padded: bool = False) -> TrialRun:
             args, kwargs = subject.make_inputs(batch, length)
-            if not observe:
+            if padded:  # an optional mask's reading, tried on a padded probe (tfcheck.model.trial.optional_mask)
+                args, kwargs = optional_mask.padded_probe(subject, args, kwargs)
+            if not observe or padded:
                 inputs_batch, inputs_length = batch_length(args, kwargs)
-                return args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None, None
+                return (args, kwargs, self.call(args, kwargs, what, tokens=inputs_batch * inputs_length), None, None) \
+                    if not observe else recorded(args, kwargs)
             if not unassisted and caller_masks.optional_unread(subject):
                 # Once, with the caller's optional look-ahead masks at None: does the model build its own?
                 try:

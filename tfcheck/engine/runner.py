@@ -19,7 +19,7 @@ from tfcheck.engine.loading import BUILD_SEED, load_declared, load_subject
 from tfcheck.engine.memory import fit_probes
 from tfcheck.engine.registry import Check, NotApplicable, battery, inconclusive
 from tfcheck.engine.symptoms import symptom_checks
-from tfcheck.errors import DeclarationError, SpecError, UsageError
+from tfcheck.errors import DeclarationError, MaskUnread, SpecError, UsageError
 from tfcheck.model.build.deferred_torch import deferred_torch_imports
 from tfcheck.model.subject import Subject
 from tfcheck.model.trial.trial import SETTLED_BY_TRIAL, Trial
@@ -303,7 +303,8 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
             findings = ctx.run_flow_check(chk) if chk.flow else list(chk.func(ctx))
     except BudgetExceeded as over:
         return [_over_budget(ctx.subject, chk, over)]
-    except InstrumentationLimit as limit:  # the model runs without tfcheck's modes: tfcheck's limit
+    # The model runs without tfcheck's modes, or no reading of its optional mask ran in the trial: tfcheck's limit.
+    except (InstrumentationLimit, MaskUnread) as limit:
         return [inconclusive(chk.id, limit.reason)]
     except ModelRaised as raised:
         e = raised.explanation
@@ -319,8 +320,6 @@ def _findings(ctx: CheckContext, chk: Check) -> list[Finding]:
     if not findings:
         return [Finding(chk.id, Status.ERROR, f"{chk.id} returned no finding — {BUG_REPORT}")]
     return findings
-
-
 
 
 def _over_budget(subject: Subject, chk: Check, over: BudgetExceeded) -> Finding:

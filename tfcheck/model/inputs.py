@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
-from tfcheck.errors import UsageError
+from tfcheck.errors import MaskUnread, UsageError
 from tfcheck.frames import innermost_user_frame, short_path
 from tfcheck.model.build.user_code import user_code
 from tfcheck.model.facts.declarations import MaskSpec
@@ -210,19 +210,24 @@ def mask_layout(subject: ModelUnderTest) -> str:
 
 
 def mask_value(subject: ModelUnderTest, keep: torch.Tensor) -> torch.Tensor:
-    """A (batch, length) keep mask (True = real token) in the model's mask convention and layout."""
+    """A (batch, length) keep mask (True = real token) in the model's mask convention and layout. Where the trial
+    found no reading of an optional mask argument that runs, a MaskUnread: the check that pads is inconclusive."""
+    if subject.facts.mask_unread is not None:
+        raise MaskUnread(subject.facts.mask_unread)
     value = in_convention(keep, mask_spec(subject))
     layout = mask_layout(subject)
     if layout == "b1s":
         return value[:, None, :]
     if layout == "b11s":
         return value[:, None, None, :]
+    if layout == "b1ss":  # the key pattern repeated for every query
+        return value[:, None, None, :].expand(-1, 1, value.shape[-1], -1)
     return value
 
 
 #: The look-ahead mask's layout that goes with each padding-mask layout (the tutorial style lays both out for
 #: the scores alike), unless declared.
-CAUSAL_LAYOUT_OF = {"bs": "ss", "b1s": "bss", "b11s": "b1ss"}
+CAUSAL_LAYOUT_OF = {"bs": "ss", "b1s": "bss", "b11s": "b1ss", "b1ss": "b1ss"}
 
 
 def causal_mask_spec(subject: ModelUnderTest) -> MaskSpec:

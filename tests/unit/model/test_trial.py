@@ -127,3 +127,65 @@ def test_a_fact_the_trial_changes_still_throws_its_recording_away(monkeypatch):
     run_check(subject, get("forward.smoke"))
     residual = run_check(subject, get("shape.residual"))
     assert residual.cost.forward == 1
+
+
+# ----- an optional mask of a generic name: its reading tried in the trial (tfcheck.model.trial.optional_mask) ----
+
+class _OptionalMaskEncoder(nn.Module):
+    """forward(x, mask=None): one attention layer; ``apply`` puts the mask on the (b, 1, s, s) scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+        self.qkv = nn.Linear(8, 24)
+
+    def apply(self, scores, mask):
+        return scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)  # a (b, s) keep mask
+
+    def forward(self, x, mask=None):
+        q, k, v = self.qkv(self.embed(x)).chunk(3, dim=-1)
+        scores = (q @ k.transpose(-2, -1))[:, None] / 8 ** 0.5  # (b, 1, s, s)
+        if mask is not None:
+            scores = self.apply(scores, mask)
+        return (scores.softmax(-1) @ v[:, None])[:, 0]
+
+
+class _AdditiveSquareMask(_OptionalMaskEncoder):
+    """Takes an additive float (b, 1, s, s) mask, added to the scores: a (b, s) one raises."""
+
+    def apply(self, scores, mask):
+        return scores + mask
+
+
+class _RaisesOnAnyMask(_OptionalMaskEncoder):
+    def apply(self, scores, mask):
+        raise ValueError("the model's own error on any mask")
+
+
+MASK_CHECKS = ["forward.smoke", "mask.padding", "numerics.nan_source"]
+
+
+def test_an_optional_additive_square_mask_is_run_with_the_layout_and_convention_the_trial_found():
+    report = tfcheck.run_checks(_AdditiveSquareMask, only=MASK_CHECKS, kind="encoder").models[0]
+    mask = next(a for a in report.assumptions if a.key == "mask")
+    assert mask.value == "mask:additive:b11s" and "raised" in mask.source and "adds it to the scores" in mask.source
+    padding = report.result("mask.padding")
+    assert padding.status is Status.PASS, padding.findings[0].message
+    assert not any(r.status is Status.FAIL and "raised" in r.findings[0].message for r in report.results)
+
+
+def test_an_optional_standard_keep_mask_keeps_the_batch_length_reading():
+    subject = load_subject(_OptionalMaskEncoder)
+    assert run_check(subject, get("forward.smoke")).status is Status.PASS
+    assert str(subject.facts.mask) == "mask:keep" and subject.facts.mask_unread is None
+    assert run_check(subject, get("mask.padding")).status is Status.PASS
+
+
+def test_a_model_that_raises_under_every_reading_gets_inconclusive_mask_checks_never_a_fail():
+    report = tfcheck.run_checks(_RaisesOnAnyMask, only=MASK_CHECKS, kind="encoder").models[0]
+    assert report.result("forward.smoke").status is Status.PASS  # the standard probe takes no mask
+    for check in MASK_CHECKS[1:]:
+        result = report.result(check)
+        assert result.status is Status.SKIP, (check, result.findings[0].message)
+        message = result.findings[0].message
+        assert "inconclusive" in message and "mask=mask:CONVENTION:LAYOUT" in message

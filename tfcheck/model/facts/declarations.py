@@ -20,14 +20,15 @@ KINDS = ("encoder", "decoder", "seq2seq", "attention")
 PRECISIONS = ("fp32", "fp16", "bf16")
 MASK_CONVENTIONS = ("keep", "pad", "additive")
 #: How a padding mask is shaped, for forwards that take it already laid out for the attention scores.
-MASK_LAYOUTS = {"bs": "(batch, length)", "b1s": "(batch, 1, length)", "b11s": "(batch, 1, 1, length)"}
+MASK_LAYOUTS = {"bs": "(batch, length)", "b1s": "(batch, 1, length)", "b11s": "(batch, 1, 1, length)",
+                "b1ss": "(batch, 1, length, length)"}
 #: How a causal (look-ahead) mask the caller builds is shaped: (length, length), or per batch for the scores.
 CAUSAL_MASK_LAYOUTS = {"ss": "(length, length)", "bss": "(batch, length, length)",
                        "b1ss": "(batch, 1, length, length)"}
 #: How the model lays out its sequences: batch first (batch, length, ...) or torch's (length, batch, ...).
 SEQUENCE_LAYOUTS = ("batch_first", "seq_first")
-#: Who shifts the labels of a model's own loss: the model (labels = the input ids) or its caller (labels[t] is
-#: the target of logits[t], already token t + 1).
+#: Who shifts the labels of a model's own loss: the model (labels = the input ids) or its caller (labels[t] is the
+#: target of logits[t], already token t + 1).
 LABEL_SHIFTS = ("inside", "caller")
 #: What a check stopped by its time budget counts as (the budget_overrun declaration).
 BUDGET_OVERRUNS = ("skip", "fail")
@@ -118,8 +119,7 @@ def _mask(v: Any) -> MaskSpec:
             "expected ARGUMENT:CONVENTION[:LAYOUT] with CONVENTION one of keep (1 = real token), pad (True = pad), "
             "additive (0 / -inf added to the logits) and LAYOUT one of "
             f"{', '.join(f'{k} {v}' for k, v in MASK_LAYOUTS.items())}, e.g. attention_mask:keep or "
-            "src_mask:keep:b11s; or 'internal' / 'none'"
-        )
+            "src_mask:keep:b11s; or 'internal' / 'none'")
     return MaskSpec(arg, conv, layout or None)
 
 
@@ -285,11 +285,11 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "The model accepts only lengths that are a multiple of INT (a bucket, block or chunk size it does not pad "
         "to): every probe length is rounded to one, and decoding token by token does not apply.", _positive_int),
     Key("d_model", "INT", "Width of the hidden states (hidden_size, n_embd, dim).", _positive_int),
-    Key("mask", "ARG:keep | ARG:pad | ARG:additive [:bs | :b1s | :b11s] | internal | none",
-        "The forward argument that takes the padding mask and its convention (keep: 1 = real token; "
-        "pad: True = padding; additive: 0 / -inf added to the logits), optionally its layout ((batch, length) "
-        "by default; b1s = (batch, 1, length), b11s = (batch, 1, 1, length)), or 'internal' when forward "
-        "builds it from pad_id, or 'none'.", _mask),
+    Key("mask", "ARG:keep | ARG:pad | ARG:additive [:bs | :b1s | :b11s | :b1ss] | internal | none",
+        "The forward argument that takes the padding mask and its convention (keep: 1 = real token; pad: True = "
+        "padding; additive: 0 / -inf added to the logits), optionally its layout ((batch, length) by default; b1s = "
+        "(batch, 1, length), b11s = (batch, 1, 1, length), b1ss = (batch, 1, length, length)), or 'internal' when "
+        "forward builds it from pad_id, or 'none'.", _mask),
     Key("causal_mask", "ARG[:keep | :pad | :additive][:ss | :bss | :b1ss] | none",
         "The forward argument that takes the look-ahead mask its caller builds (forward(src, tgt, src_mask, "
         "tgt_mask)), with its convention (keep: True = may attend; pad: True = blocked; additive: 0 / -inf; by "

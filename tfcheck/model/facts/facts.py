@@ -39,6 +39,8 @@ class Facts:
     max_len: int | None = None
     d_model: int | None = None
     mask: MaskSpec | None = None  # the padding mask's argument, convention and layout
+    #: why no reading of an optional mask argument ran in the trial (the checks that pad are inconclusive); None: it ran
+    mask_unread: str | None = None
     batch_first: bool | None = None  # False: torch's (length, batch, d) layout
     takes_features: bool | None = None  # no nn.Embedding: the model takes float features
     call_plan: list[PlanSlot] | None = None  # which forward parameter gets which probe tensor

@@ -28,6 +28,7 @@ import torch
 from tfcheck.model.facts.structure import forward_params
 from tfcheck.model.facts.under_test import mask_spec
 from tfcheck.model.inputs import causal_mask_spec
+from tfcheck.model.trial import optional_mask
 from tfcheck.model.trial.mask_uses import MaskUse, keep_pattern
 from tfcheck.report.report import Assumption
 
@@ -74,10 +75,11 @@ def without_caller_masks(subject: ModelUnderTest, args: tuple, kwargs: dict) -> 
 
 def probe_masks(subject: ModelUnderTest, args: tuple, kwargs: dict) -> dict[int, tuple[str, torch.Tensor]]:
     """The identity of each look-ahead mask given in the probe -> (argument, its keep pattern), for the trial's
-    observer, when its convention is the consumer's to decide."""
+    observer, when its convention is the consumer's to decide; with the padded probe's optional padding mask
+    (tfcheck.model.trial.optional_mask), followed alike."""
+    found = optional_mask.probe_masks(subject, args, kwargs)
     if causal_mask_spec(subject).convention:
-        return {}
-    found = {}
+        return found
     for index, name in slots(subject):
         value: Any = args[index] if index is not None and index < len(args) else kwargs.get(name)
         keep = keep_pattern(value)

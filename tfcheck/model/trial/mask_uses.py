@@ -106,7 +106,14 @@ class MaskFollower:
     @staticmethod
     def relation(blocked: torch.Tensor, keep: torch.Tensor) -> str:
         """"keep" when the op blocks exactly where the probe keep mask is False, "blocked" when exactly where it
-        is True, "" otherwise (a mask combined with something the probe does not show)."""
+        is True, "" otherwise (a mask combined with something the probe does not show). A padding probe's pattern
+        is one row of keys, the same for every sample and query (tfcheck.model.trial.optional_mask), so it is
+        compared along the key axis whatever layout the mask took on its way."""
+        if keep.dim() == 1:
+            if blocked.dim() < 1 or blocked.shape[-1] != keep.shape[0]:
+                return ""
+            keys = keep.to(blocked.device)
+            return "keep" if bool((blocked == ~keys).all()) else "blocked" if bool((blocked == keys).all()) else ""
         if blocked.dim() < 2 or tuple(blocked.shape[-2:]) != tuple(keep.shape):
             return ""
         first = blocked.reshape(-1, *blocked.shape[-2:])[0].to(keep.device)

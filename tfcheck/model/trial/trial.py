@@ -1,9 +1,10 @@
 """The trial forward: the facts that only a forward shows, settled once per model before the first check reads
 them.
 
-Two facts need one: the layout of a mask the forward requires (the tutorial style takes its masks already laid
-out for the attention scores, (b, 1, s) or (b, 1, 1, s), and raises on (batch, length) ones), and which tensor
-of the return value is the output (``output=auto`` until a return value is seen). Everything else is settled
+Facts that need one: the layout of a mask the forward requires (the tutorial style takes its masks already laid
+out for the attention scores, (b, 1, s) or (b, 1, 1, s), and raises on (batch, length) ones), the reading of an
+optional mask argument of a generic name (tfcheck.model.trial.optional_mask), and which tensor of the return value
+is the output (``output=auto`` until a return value is seen). Everything else is settled
 without running the model (``tfcheck.model.facts.inference``), so pytest's collection, which decides the items,
 runs no forward.
 
@@ -26,6 +27,7 @@ from tfcheck.model.trial import (
     flat_outputs,
     head,
     internal_padding,
+    optional_mask,
     own_causal_mask,
     sequence_layout,
     target_reading,
@@ -75,7 +77,7 @@ ADOPTERS: tuple[Callable[[ModelUnderTest, Observed], None], ...] = (
 )
 
 
-def settle(subject: ModelUnderTest, forward: Callable[[bool], Any], raw_of: Callable[[Any], Any] = lambda r: r,
+def settle(subject: ModelUnderTest, forward: Callable[..., Any], raw_of: Callable[[Any], Any] = lambda r: r,
            model_error: type[Exception] = Exception, describe: Callable[[Exception], str] = str,
            observed_of: Callable[[Any], Observed | None] = lambda r: None) -> Trial:
     """Run ``forward(observe)`` (one forward of the standard probe, built from the subject's current facts,
@@ -105,6 +107,12 @@ def settle(subject: ModelUnderTest, forward: Callable[[bool], Any], raw_of: Call
             return Trial(error=first)
     observed = observed_of(result)
     restructured = observed is not None and adopt_structure(subject, observed)
+    # After the rules: one may have taken the mask argument away (a sequence-first model's src_mask). The
+    # padded forwards are the mask's own; a reading they change reaches the standard probe only through the
+    # look-ahead mask's layout, which follows the padding mask's, so any change throws the recording away.
+    before = settled(subject.facts)
+    optional_mask.settle(subject, forward, model_error, describe, observed_of)
+    restructured = restructured or settled(subject.facts) != before
     if observed is not None:
         # The probe the checks share comes from a plain forward: recording changes the path some modules take
         # (torch's fused layers fall back to their Python path under a function mode, and sums round apart by
