@@ -87,10 +87,7 @@ EXPLAINED: dict[tuple[str, str], str] = {
 }
 
 #: (model, "correct" | "bug") -> what tfcheck does not do yet on it.
-GAPS: dict[tuple[str, str], str] = {
-    ("additive-mask-encoder", "correct"): "numerics.nan_source FAILs on the -inf that tfcheck's own additive mask puts "
-                                          "on the fully padded row (the model fills nothing itself)",
-}
+GAPS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

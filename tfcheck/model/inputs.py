@@ -263,11 +263,14 @@ def causal_mask_value(subject: ModelUnderTest, batch: int, length: int, device: 
 
 def in_convention(keep: torch.Tensor, mask: MaskSpec) -> torch.Tensor:
     """A bool keep tensor (True = may attend) as the mask argument takes it: Hugging Face's attention_mask as
-    int64 1/0 (what tokenizers return), other keep masks as bool (what (x != pad) gives)."""
+    int64 1/0 (what tokenizers return), other keep masks as bool (what (x != pad) gives), an additive mask as 0 and
+    float32's minimum. Not -inf: a fully padded sample's rows would then be all -inf and softmax NaN from tfcheck's
+    choice of constant, not from the model (Hugging Face builds its additive masks with torch.finfo(dtype).min for
+    the same reason)."""
     if mask.convention == "pad":
         return ~keep
     if mask.convention == "additive":
-        return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))
+        return torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
     return keep.long() if mask.argument == "attention_mask" else keep
 
 

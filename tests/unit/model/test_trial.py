@@ -174,6 +174,28 @@ def test_an_optional_additive_square_mask_is_run_with_the_layout_and_convention_
     assert not any(r.status is Status.FAIL and "raised" in r.findings[0].message for r in report.results)
 
 
+def test_an_additive_mask_tfcheck_builds_blocks_with_a_finite_constant_so_a_fully_padded_sample_is_not_nan():
+    # With -inf, the fully padded sample nan_source pads would give softmax NaN from tfcheck's constant, not the
+    # model's: the model fills nothing itself.
+    report = tfcheck.run_checks(_AdditiveSquareMask, only=MASK_CHECKS, kind="encoder").models[0]
+    nan_source = report.result("numerics.nan_source")
+    assert nan_source.status is Status.PASS, nan_source.findings[0].message
+
+
+class _AdditiveMaskFilledWithMinusInf(_AdditiveSquareMask):
+    """Adds the caller's mask, then fills the padded keys with -inf itself: the fully padded row is the model's NaN."""
+
+    def apply(self, scores, mask):
+        return (scores + mask).masked_fill(mask < 0, float("-inf"))
+
+
+def test_a_model_that_fills_minus_inf_itself_behind_an_additive_mask_still_fails_nan_source():
+    report = tfcheck.run_checks(_AdditiveMaskFilledWithMinusInf, only=MASK_CHECKS, kind="encoder").models[0]
+    nan_source = report.result("numerics.nan_source")
+    assert nan_source.status is Status.FAIL, nan_source.findings[0].message
+    assert "instead of -inf" in nan_source.findings[0].message
+
+
 def test_an_optional_standard_keep_mask_keeps_the_batch_length_reading():
     subject = load_subject(_OptionalMaskEncoder)
     assert run_check(subject, get("forward.smoke")).status is Status.PASS

@@ -8,7 +8,7 @@ last PADS keys of every sample padded) in each layout of LAYOUTS in turn: (batch
 (batch, 1, length, length), (batch, 1, length). A raise is a reason to try the next layout, never a finding. In the
 first that runs, the op that applies the mask to the scores (tfcheck.model.trial.mask_uses) settles the
 convention only where a bool mask cannot be what it takes: a bool added to the scores blocks nothing (it shifts
-them by 0 or 1), so the mask is the float additive one (0 / -inf), run once more as such before it is kept (a raise
+them by 0 or 1), so the mask is the float additive one (0 where it keeps, float32's minimum where it masks), run once more as such before it is kept (a raise
 moves on to the next layout). Keep against pad is never read from the op: a model that reads its keep mask
 inverted is what mask.padding's inverted-convention finding is for.
 
@@ -126,7 +126,7 @@ def adopt(subject: ModelUnderTest, guess: MaskSpec, raised: list[str], use: Mask
     why += f" ran with it laid out {MASK_LAYOUTS[layout]}"
     if found.convention == "additive" and use is not None:
         why += (f", and {use} adds it to the scores (a bool added blocks nothing): the float additive mask "
-                "(0 / -inf), which ran too")
+                "(0 / float32's minimum), which ran too")
     subject.facts.set("mask", found, why)
     replace_assumption(subject, str(found), f"{why}. Declare mask={found.argument}:{found.convention}:{layout} to "
                        "state it")
