@@ -70,3 +70,29 @@ def test_a_constructor_the_meta_count_cannot_run_is_counted_as_it_builds_and_sto
 
 def test_a_constructor_the_meta_count_cannot_run_builds_when_it_fits():
     assert load_subject(ReadsNumpyThenAllocates, {}).model.table.numel() == 25 * 1024 * 1024
+
+
+class RaisesAtEveryLengthItIsGiven(nn.Module):
+    """reformer-pytorch's shape: required widths that tfcheck fills, a per-head size that a build at the defaults
+    still changes to keep an invariant with the filled width, and a forward that refuses the probe lengths."""
+
+    def __init__(self, num_tokens, dim, depth, max_seq_len, heads=8, dim_head=64):
+        super().__init__()
+        self.embed = nn.Embedding(num_tokens, dim)
+        self.qkv = nn.Linear(dim, heads * dim_head * 3)
+
+    def forward(self, tokens):
+        assert tokens.shape[1] % 128 == 0, "the length must be a multiple of 128"
+        return self.embed(tokens)
+
+
+def test_a_model_rebuilt_at_its_defaults_is_rebuilt_once_even_when_that_build_still_changes_a_size(monkeypatch):
+    from tfcheck.engine import loading
+
+    rebuilds = []
+    at_defaults = loading.at_defaults
+    monkeypatch.setattr(loading, "at_defaults", lambda *a: rebuilds.append(a) or at_defaults(*a))
+    report = tfcheck.run_checks(RaisesAtEveryLengthItIsGiven, only=["forward.smoke"])
+    smoke = report.models[0].results[0].findings[0]
+    assert smoke.status is tfcheck.Status.FAIL and "multiple of 128" in smoke.message
+    assert len(rebuilds) == 1
