@@ -15,7 +15,8 @@ from helpers import result
 from reference_model.broken import UnshiftedLabels
 from tfcheck import Status
 from tfcheck.errors import DeclarationError
-from tfcheck.model.facts.label_convention import documented_shift, parameter_doc
+from tfcheck.model.facts.label_convention import caller_shift_in_file, documented_shift, parameter_doc
+from zoo_caller_shifted_labels import NextTokenLabelsLM, UnrelatedLM
 
 LEAK, CAUSAL = "train.target_leak", "mask.causal"
 BART_SAYS = "BartForCausalLM.forward docstring: 'The labels are not shifted inside the model'"
@@ -183,3 +184,16 @@ def test_the_causal_switch_is_read_from_the_config_not_guessed_from_the_outputs(
     pytest.importorskip("transformers")
     report = _report("transformers:XLMModel", [CAUSAL])
     assert _stated(report, "causal").source == "config.causal" and CAUSAL not in {r.check for r in report.results}
+
+
+def test_labels_a_wrapper_in_the_models_file_shifts_before_calling_it_are_read_as_the_next_tokens():
+    shift, where = caller_shift_in_file(NextTokenLabelsLM()) or (None, "")
+    assert shift == "caller" and "zoo_caller_shifted_labels.py:" in where and "in Wrapper" in where
+    report = _report(NextTokenLabelsLM, [LEAK])
+    assert report.result(LEAK).status is Status.PASS, report.result(LEAK).findings[0].message
+    assert "prepares labels as the next tokens" in _stated(report, "label_shift").source
+
+
+def test_a_wrapper_that_names_another_class_says_nothing_of_this_ones_labels():
+    assert caller_shift_in_file(UnrelatedLM()) is None
+    assert _report(UnrelatedLM, [LEAK]).result(LEAK).status is Status.FAIL

@@ -1,19 +1,26 @@
 """Who shifts the labels of a model that computes its own loss: the model itself (GPT-2's ``labels = input_ids``,
 scored as logits[t] against labels[t + 1]) or its caller (labels[t] is the target of logits[t], already token
 t + 1: nanoGPT's ``targets``, BART's ``*ForCausalLM``). Declared (``label_shift=inside|caller``), else read from
-the label argument's own documentation in the forward docstring, else the argument's name decides (LABEL_ARGS).
+the label argument's own documentation in the forward docstring, else from the model's own file where its code
+prepares them (a wrapper that assigns ``x, labels = x[:, :-1], x[:, 1:]`` before calling it: the package's caller
+shifts), else the argument's name decides (LABEL_ARGS).
 
 It is never read from what train.target_leak measures: a loss that forgot to shift and a loss documented not to
-shift both learn to copy their input when given labels = input_ids. Only the model's own words tell a contract
-from a bug, so only they (or the user) move a model off the convention its argument's name implies.
+shift both learn to copy their input when given labels = input_ids. Only the model's own words (its documentation,
+or the code its authors wrote beside it to call it) tell a contract from a bug, so only they (or the user) move a
+model off the convention its argument's name implies.
 """
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import re
 from typing import TYPE_CHECKING
 
 import torch.nn as nn
 
+from tfcheck.frames import short_path
 from tfcheck.model.facts.structure import forward_params
 from tfcheck.report.report import Assumption
 
@@ -76,6 +83,62 @@ def documented_shift(model: nn.Module) -> tuple[str, str] | None:
     return "caller", f"{where} docstring: '{sentence.rstrip('.;:')}'"
 
 
+def caller_shift_in_file(model: nn.Module) -> tuple[str, str] | None:
+    """("caller", where) when code written beside the model to call it (a class or function of its file, not the
+    model's own, that names the model's class: a wrapper typed ``transformer: RecurrentMemoryTransformer``, a
+    training step that builds it) assigns the label argument's name from a slice that drops the first position
+    (``labels = tokens[:, 1:]``, ``x, labels = x[:, :-1], x[:, 1:]``): its authors hand it the next tokens. A shift
+    inside the model's own classes is the inside convention and says nothing here."""
+    name = label_parameter(model)
+    try:
+        file = inspect.getsourcefile(type(model)) if name is not None else None
+    except TypeError:  # a class with no file (defined in exec'd code, a notebook cell): nothing to read
+        return None
+    tree = _parsed_file(file) if file else None
+    if name is None or tree is None:
+        return None
+    for caller in _callers(tree, type(model)):
+        for node in ast.walk(caller):
+            if isinstance(node, ast.Assign) and _assigns_next_tokens(node, name):
+                return "caller", (f"{short_path(file or '')}:{node.lineno}: '{ast.unparse(node)}' in "
+                                  f"{caller.name} prepares {name} as the next tokens before the model is called")
+    return None
+
+
+def _callers(tree: ast.AST, cls: type) -> list[ast.ClassDef | ast.FunctionDef]:
+    """The top-level classes and functions of a file, other than ``cls`` and its bases, that name ``cls``."""
+    own = {c.__name__ for c in cls.__mro__}
+    return [node for node in getattr(tree, "body", []) if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+            and node.name not in own and any(isinstance(n, ast.Name) and n.id == cls.__name__ for n in ast.walk(node))]
+
+
+def _assigns_next_tokens(node: ast.Assign, name: str) -> bool:
+    """``name = t[..., 1:]`` or ``a, name = b, t[:, 1:]``: ``name`` gets a slice from position 1 to the end."""
+    for target in node.targets:
+        pairs = list(zip(target.elts, node.value.elts)) if isinstance(target, ast.Tuple) and \
+            isinstance(node.value, ast.Tuple) else [(target, node.value)]
+        if any(isinstance(t, ast.Name) and t.id == name and _from_second_position(v) for t, v in pairs):
+            return True
+    return False
+
+
+def _from_second_position(value: ast.expr) -> bool:
+    if not isinstance(value, ast.Subscript):
+        return False
+    index = value.slice.elts[-1] if isinstance(value.slice, ast.Tuple) and value.slice.elts else value.slice
+    return isinstance(index, ast.Slice) and index.upper is None and index.step is None and \
+        isinstance(index.lower, ast.Constant) and index.lower.value == 1
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_file(file: str) -> ast.AST | None:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            return ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def settle(subject: ModelUnderTest) -> None:
     """The label convention declared, else where the model documents it: stated among the assumptions with its
     declaration or the sentence it was read from; nothing where neither says it."""
@@ -84,7 +147,7 @@ def settle(subject: ModelUnderTest) -> None:
         subject.facts.set("label_shift", declared.value, declared.source)
         subject.assumptions.append(Assumption("label_shift", declared.value, declared.source))
         return
-    found = documented_shift(subject.model)
+    found = documented_shift(subject.model) or caller_shift_in_file(subject.model)
     if found is None:
         return
     shift, where = found
