@@ -63,8 +63,9 @@ def after_every_check(monkeypatch):
     lambda: ReassignsState(),                         # new buffer, parameter, storage, submodule, cache tensor
     lambda: HooksEverywhere(),                        # global, state-dict, tensor and kwargs hooks, each forward
     lambda: ChangesProcessState(),                    # backend flags, precision, warning filters, sys.path
+    lambda: SparseBufferLM(),                         # a sparse buffer: no data pointer, no torch.equal
 ], ids=["reference-lm-train-mode", "raises-mid-forward", "nan-output", "mutates-itself", "leaves-modes-behind",
-        "reassigns-state", "hooks-everywhere", "changes-process-state"])
+        "reassigns-state", "hooks-everywhere", "changes-process-state", "sparse-buffer"])
 def test_every_check_leaves_model_and_process_as_they_were(make, after_every_check):
     model = make()
     for p in list(model.parameters())[:2]:
@@ -103,6 +104,25 @@ class _TinyLM(nn.Module):
 
     def logits(self, input_ids):
         return self.head(self.embed(input_ids))
+
+
+class SparseBufferLM(TransformerLM):
+    """Keeps a sparse buffer (a graph's adjacency, as graph-Transformer code does) and a sparse tensor attribute,
+    and reads the buffer in every forward: tfcheck's storage and value comparisons must hold for that layout."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("adjacency", torch.eye(32).to_sparse())
+        self.relations = torch.eye(4).to_sparse_csr()
+
+    def forward(self, tokens):
+        logits = super().forward(tokens)
+        return logits + 0 * torch.sparse.mm(self.adjacency, torch.ones(32, 1)).sum()
+
+
+def test_a_sparse_buffer_stops_no_check():
+    statuses = {r.check: r.status for r in tfcheck.run_checks(SparseBufferLM()).models[0].results}
+    assert Status.ERROR not in statuses.values() and statuses["forward.smoke"] is Status.PASS, statuses
 
 
 class ReassignsState(_TinyLM):

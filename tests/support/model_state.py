@@ -15,6 +15,8 @@ import torch.nn.modules.module as module_globals
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from tfcheck.recording.tensor_storage import same_values, storage_address
+
 CUDA = torch.cuda.is_available()
 
 HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
@@ -26,7 +28,7 @@ TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 def snapshot(model: nn.Module) -> dict:
     return {
         "state": {k: v.clone() for k, v in model.state_dict(keep_vars=False).items()},
-        "tensors": [(id(t), t.device, t.data_ptr()) for t in [*model.parameters(), *model.buffers()]],
+        "tensors": [(id(t), t.device, storage_address(t)) for t in [*model.parameters(), *model.buffers()]],
         "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
         "modes": [m.training for m in model.modules()],
         "requires_grad": [p.requires_grad for p in model.parameters()],
@@ -52,7 +54,7 @@ def snapshot(model: nn.Module) -> dict:
 
 def assert_same(before: dict, after: dict, where: str = "") -> None:
     assert before["state"].keys() == after["state"].keys()
-    assert all(torch.equal(before["state"][k], after["state"][k]) for k in before["state"]), where
+    assert all(same_values(before["state"][k], after["state"][k]) for k in before["state"]), where
     assert before["tensors"] == after["tensors"], where  # the same tensors, on the same devices, same storage
     assert all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
                for a, b in zip(before["grads"], after["grads"])), where

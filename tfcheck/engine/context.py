@@ -173,8 +173,6 @@ class CheckContext:
         # Whether the trial's forwards drew random numbers: when none did, eval mode is deterministic and the
         # flow checks' precondition costs no forward (``determinism()``).
         subject.probe_cache[TRIAL_DREW] = deterministic.moved(generators, deterministic.generator_states())
-        # Only from a shrunk build: the rebuild at the defaults (shrink=false) may still change a size to keep an
-        # invariant with a filled one, and settling it again would rebuild it again, without end.
         if not found.ran and subject.loaded.shrunk and subject.loaded.shrink and found.error is not None:
             return self.settle_at_defaults(found)
         if found.ran:
@@ -187,7 +185,7 @@ class CheckContext:
     def settle_at_defaults(self, small: Trial) -> Trial:
         """The trial raised on the model tfcheck shrank: check the model at its written sizes when its trial runs
         there (the size constraint stated, with the small model's error and line), else keep the small model's
-        error, which forward.smoke reports."""
+        error, which forward.smoke reports. Once: the rebuild may still change a size to keep an invariant."""
         from tfcheck.engine.loading import at_defaults
 
         assert small.error is not None

@@ -19,6 +19,8 @@ import torch.nn as nn
 import torch.nn.modules.module as module_globals
 from torch.utils._python_dispatch import _pop_mode
 
+from tfcheck.recording.tensor_storage import beside, put_back_values, strided
+
 #: Every per-module hook registry of nn.Module (the with_kwargs / always_call sets are keyed by hook id).
 _HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
                "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
@@ -69,7 +71,7 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
         with torch.no_grad():
             for p in params:
                 if id(p) in values:
-                    saved = _beside(values[id(p)], p)
+                    saved = beside(values[id(p)], p)
                     # The version counter misses writes through .data; the comparison does not.
                     if p._version != versions[id(p)] or not torch.equal(p.detach(), saved):
                         p.copy_(saved)
@@ -78,9 +80,7 @@ def preserved(model: nn.Module, copy_parameters: bool = True, baseline: Baseline
             if changed:  # named now, in the tree restored above (the names it had on entry)
                 written.extend(name for name, p in model.named_parameters() if any(p is c for c in changed))
             for b, saved in buffers:
-                saved = _beside(saved, b)
-                if b.shape == saved.shape and not torch.equal(b, saved):
-                    b.copy_(saved)
+                put_back_values(b, beside(saved, b))
         for p, requires_grad, grad in flags:  # set only where changed: each write is a call into torch
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)
@@ -163,7 +163,9 @@ class _Tree:
                     now[name] = value
         for tensor, data in self.data.values():
             # the tensor's own pointer, dtype and shape are its .data's (reading .data makes a new tensor each time)
-            if tensor.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or tensor.shape != data.shape:
+            # (a sparse or nested tensor has no data pointer to compare: it is put back regardless)
+            if not strided(tensor) or tensor.data_ptr() != data.data_ptr() or tensor.dtype != data.dtype or \
+                    tensor.shape != data.shape:
                 tensor.data = data
 
 
@@ -182,11 +184,6 @@ _PLAIN_STATE = (bool, int, float, str, type(None))
 
 def _state_like(value: Any) -> bool:
     return isinstance(value, (torch.Tensor, *_PLAIN_STATE))
-
-
-def _beside(saved: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
-    """The saved copy on the live tensor's device (a baseline taken on one device, compared on another)."""
-    return saved if saved.device == live.device else saved.to(live.device)
 
 
 class _ProcessState:

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from tfcheck.probe.score_flow import PRODUCTS, PROJECTIONS, ScoreFlow
 from tfcheck.recording.recorder import OpEvent, Recording, tensors_in
+from tfcheck.recording.tensor_storage import owned_storages, storage_address
 
 SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
 SDPA = "scaled_dot_product_attention"
@@ -132,7 +133,7 @@ class SiteCollector:
     """``on_op`` for ``ctx.record``: keeps copies of the tensors of the ops that can make up a site."""
 
     def __init__(self, model: nn.Module):
-        self._owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+        self._owned = owned_storages((*model.parameters(), *model.buffers()))
         self.captured: list[CapturedOp] = []
         self.flow = ScoreFlow(self._is_owned)
         #: the values of the one-element tensors the model's ops read, by tensor identity (a tensor-valued scale)
@@ -163,10 +164,8 @@ class SiteCollector:
                     continue
 
     def _is_owned(self, t: torch.Tensor) -> bool:
-        try:
-            return t.untyped_storage().data_ptr() in self._owned
-        except (RuntimeError, NotImplementedError):  # tensors without storage (meta, functional wrappers)
-            return False
+        address = storage_address(t)
+        return address is not None and address in self._owned
 
     def sites(self, recording: Recording) -> list[AttentionSite]:
         return find_sites(recording, self.captured)

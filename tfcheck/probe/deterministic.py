@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from tfcheck.frames import model_frame, short_path
 from tfcheck.probe.flow import change_per_position, tolerance
+from tfcheck.recording.tensor_storage import same_values
 
 #: Python dropout functions: (the name of their training argument, its position, its default).
 _DROPOUT_FUNCTIONS: dict[Callable, tuple[str, int, bool]] = {
@@ -219,7 +220,7 @@ def restore(states: dict[str, Any]) -> None:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+        return isinstance(b, torch.Tensor) and same_values(a, b)
     if isinstance(a, np.ndarray):
         return isinstance(b, np.ndarray) and np.array_equal(a, b)
     if isinstance(a, (list, tuple)):

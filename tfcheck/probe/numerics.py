@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
 from tfcheck.recording.recorder import OpEvent, tensors_in
+from tfcheck.recording.tensor_storage import owned_storages
 
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)
 BFLOAT16_MAX = float(torch.finfo(torch.bfloat16).max)
@@ -154,7 +155,7 @@ class FillRecorder:
     fills: list[Fill] = field(default_factory=list)
 
     def __post_init__(self):
-        self._owned = {t.untyped_storage().data_ptr() for t in (*self.model.parameters(), *self.model.buffers())}
+        self._owned = owned_storages((*self.model.parameters(), *self.model.buffers()))
 
     def __call__(self, event: OpEvent, args: tuple, kwargs: dict, out: Any) -> None:
         if event.level != "function" or event.phase != "forward":

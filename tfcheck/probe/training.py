@@ -24,6 +24,7 @@ from tfcheck import progress
 from tfcheck.model.facts.call_plan import roles_by_parameter
 from tfcheck.model.facts.label_convention import LABEL_ARGS
 from tfcheck.model.inputs import batch_length
+from tfcheck.recording.tensor_storage import put_back_values, same_values
 from tfcheck.report.findings import Location
 
 #: Step budget of a training check when ``train_steps`` is not declared.
@@ -317,7 +318,7 @@ def descend(ctx, model: nn.Module, loss_of: Callable[[nn.Module, int], tuple[tor
         optimizer.step()
         progress.step(step + 1, steps)
     with torch.no_grad():
-        result.changed = any(not torch.equal(b, p) for b, (_, p) in zip(before, named))
+        result.changed = any(not same_values(b, p) for b, (_, p) in zip(before, named))
     return result
 
 
@@ -336,5 +337,4 @@ def train_mode(model: nn.Module) -> Iterator[None]:
             m.training = mode
         with torch.no_grad():
             for b, saved in buffers:
-                if b.shape == saved.shape and not torch.equal(b, saved):
-                    b.copy_(saved)
+                put_back_values(b, saved)

@@ -21,6 +21,7 @@ from tfcheck.engine.registry import NotApplicable, check
 from tfcheck.probe import recorded_probe
 from tfcheck.probe.numerics import ADDS
 from tfcheck.probe.sinusoid import Deviation, deviation
+from tfcheck.recording.tensor_storage import owned_storages, storage_address
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -68,17 +69,14 @@ class _Observer:
         # model's as a buffer: tutorials build it in a Python loop and store it so.
         kept = [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)
                 and not isinstance(v, nn.Parameter)]
-        self._buffers = {t.untyped_storage().data_ptr() for t in [*model.buffers(), *kept] if not t.is_meta}
-        self._params = {t.untyped_storage().data_ptr() for t in model.parameters()}
+        self._buffers = owned_storages([*model.buffers(), *kept])
+        self._params = owned_storages(model.parameters())
         self._names = {id(p): name for name, p in model.named_parameters()}
         self.lookups: list[Lookup] = []
         self.additions: list[Addition] = []
 
     def _storage(self, t: torch.Tensor) -> int | None:
-        try:
-            return t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):
-            return None
+        return storage_address(t)
 
     def __call__(self, event, args, kwargs, out) -> None:
         if event.level != "function" or event.phase != "forward":

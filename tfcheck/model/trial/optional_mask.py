@@ -8,9 +8,9 @@ last PADS keys of every sample padded) in each layout of LAYOUTS in turn: (batch
 (batch, 1, length, length), (batch, 1, length). A raise is a reason to try the next layout, never a finding. In the
 first that runs, the op that applies the mask to the scores (tfcheck.model.trial.mask_uses) settles the
 convention only where a bool mask cannot be what it takes: a bool added to the scores blocks nothing (it shifts
-them by 0 or 1), so the mask is the float additive one (0 where it keeps, float32's minimum where it masks), run once more as such before it is kept (a raise
-moves on to the next layout). Keep against pad is never read from the op: a model that reads its keep mask
-inverted is what mask.padding's inverted-convention finding is for.
+them by 0 or 1), so the mask is the float additive one (0 where it keeps, float32's minimum where it masks), run
+once more as such before it is kept (a raise moves on to the next layout). Keep against pad is never read from the
+op: a model that reads its keep mask inverted is what mask.padding's inverted-convention finding is for.
 
 A reading other than the guess is stated as the ``mask`` assumption, with its evidence. Where no layout runs, the
 checks that pad through the argument are inconclusive (``facts.mask_unread``; ``tfcheck.model.inputs.mask_value``
