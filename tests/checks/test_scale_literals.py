@@ -145,3 +145,179 @@ def test_accept_silences_the_hard_coded_warning():
 def test_the_reference_model_passes():
     res = result("reference_model:TransformerLM", SCALE)
     assert res.status is Status.PASS, str(res.findings)
+
+
+# ----- the forms a constant takes beyond the statement that applies it --------------------------------------
+
+#: A module-level constant (the value of 1/√64).
+SCALE_64 = 0.125  # hard-coded: module constant
+
+
+class AttributeAnEighth(_LM):
+    def __init__(self, vocab_size=101, d_model=512, n_heads=8):
+        super().__init__(vocab_size, d_model, n_heads)
+        self.scale = 0.125  # hard-coded: set once in __init__
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+class AttributeOverRoot(_LM):
+    def __init__(self, vocab_size=101, d_model=512, n_heads=8):
+        super().__init__(vocab_size, d_model, n_heads)
+        self.scale = 1 / math.sqrt(64)  # hard-coded: arithmetic of literals
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+class _ScaledBase(_LM):
+    def __init__(self, vocab_size=101, d_model=512, n_heads=8):
+        super().__init__(vocab_size, d_model, n_heads)
+        self.scale = 64 ** -0.5  # hard-coded: set in the base class
+
+
+class AttributeFromBase(_ScaledBase):
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+class ModuleConstant(_LM):
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * SCALE_64
+
+
+class LocalConstant(_LM):
+    def scores(self, q, k):
+        scale = 0.125  # hard-coded: a local variable
+        return q @ k.transpose(-2, -1) * scale
+
+
+class AttributeComputed(_LM):
+    def __init__(self, vocab_size=101, d_model=512, n_heads=8):
+        super().__init__(vocab_size, d_model, n_heads)
+        self.scale = self.d_k ** -0.5
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+class QueryTimesAnEighth(_LM):
+    def scores(self, q, k):
+        q = q * 0.125  # hard-coded: q scaled before the product
+        return q @ k.transpose(-2, -1)
+
+
+class QueryOverEight(_LM):
+    def scores(self, q, k):
+        q = q / 8  # hard-coded: q divided before the product
+        return q @ k.transpose(-2, -1)
+
+
+class QueryAndKeyQuarterRoots(_LM):
+    def scores(self, q, k):
+        q = q * 64 ** -0.25  # hard-coded: Whisper's split, as a number
+        k = k * 64 ** -0.25
+        return q @ k.transpose(-2, -1)
+
+
+class QueryComputed(_LM):
+    def scores(self, q, k):
+        q = q / math.sqrt(self.d_k)
+        return q @ k.transpose(-2, -1)
+
+
+class OverRootEight(_LM):
+    """Hard-coded for d_k = 8 on a model whose own head size is 64: right only at the size tfcheck shrinks it to."""
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) / math.sqrt(8)  # hard-coded: 1/√8
+
+
+class AttributeRootEighth(_LM):
+    def __init__(self, vocab_size=101, d_model=512, n_heads=8):
+        super().__init__(vocab_size, d_model, n_heads)
+        self.scale = 8 ** -0.5  # hard-coded: 1/√8 in __init__
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+class SmallOverRootEight(_LM):
+    """Built at its own sizes (d_k = 8), where the constant 1/√8 is right."""
+
+    def __init__(self, vocab_size=101, d_model=32, n_heads=4):
+        super().__init__(vocab_size, d_model, n_heads)
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) / math.sqrt(8)  # hard-coded: the small model's own
+
+
+def _marked(marker: str) -> int:
+    """The line of this file that holds ``marker``."""
+    text = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(text) if marker in line) + 1
+
+
+@pytest.mark.parametrize(("cls", "marker", "shown"), [
+    (AttributeAnEighth, "# hard-coded: set once", "`self.scale = 0.125`"),
+    (AttributeOverRoot, "# hard-coded: arithmetic", "`self.scale = 1 / math.sqrt(64)`"),
+    (AttributeFromBase, "# hard-coded: set in the base", "`self.scale = 64 ** -0.5`"),
+    (ModuleConstant, "# hard-coded: module constant", "`SCALE_64 = 0.125`"),
+    (LocalConstant, "# hard-coded: a local variable", "`scale = 0.125`"),
+    (QueryTimesAnEighth, "# hard-coded: q scaled", "`0.125`"),
+    (QueryOverEight, "# hard-coded: q divided", "`8`"),
+    (QueryAndKeyQuarterRoots, "# hard-coded: Whisper", "`64 ** -0.25`"),
+], ids=lambda v: v.__name__ if isinstance(v, type) else "")
+def test_a_constant_behind_a_name_or_applied_to_q_is_named_hard_coded_at_the_line_that_writes_it(cls, marker, shown):
+    res = result(cls, SCALE)
+    [finding] = res.findings[:1]
+    assert finding.status is Status.WARN and finding.row == HARD_CODED_ROW, str(res.findings)
+    assert "muP" not in finding.message and "muP" not in str(finding.evidence), finding.message
+    assert f"({shown}, line {_marked(marker)}" in finding.message, finding.message
+    assert "1/√d_k only for d_k = 64" in finding.message and "tfcheck built this model with d_k = 8" in finding.message
+    assert Path(finding.location.file).resolve() == Path(__file__).resolve()
+    assert finding.location.line == _marked(marker)
+    assert finding.evidence["hard_coded"]["factor"] == pytest.approx(1 / 8)
+    # the line that applies the constant (or computes the scores) is related, where it is another
+    assert all(r.line != finding.location.line for r in finding.related)
+
+
+def test_both_operands_scaled_by_constants_name_both():
+    finding = result(QueryAndKeyQuarterRoots, SCALE).findings[0]
+    also = finding.evidence["hard_coded"]["also"]
+    assert [a["line"] for a in also] == [_marked("# hard-coded: Whisper") + 1]
+
+
+@pytest.mark.parametrize("cls", [AttributeComputed, QueryComputed], ids=lambda c: c.__name__)
+def test_a_scale_computed_from_the_head_size_through_an_attribute_or_on_q_passes_and_is_not_hard_coded(cls):
+    res = result(cls, SCALE)
+    assert res.status is Status.PASS, str(res.findings)
+    [finding] = res.findings
+    assert "constant" not in finding.message, finding.message
+    assert all("hard_coded" not in site for site in finding.evidence["sites"])
+
+
+@pytest.mark.parametrize(("cls", "marker"), [(OverRootEight, "# hard-coded: 1/√8"),
+                                             (AttributeRootEighth, "# hard-coded: 1/√8 in __init__")],
+                         ids=lambda v: v.__name__ if isinstance(v, type) else "")
+def test_a_constant_right_only_at_the_shrunk_head_size_does_not_pass(cls, marker):
+    """1/√8 measures 1/√d_k at tfcheck's d_k = 8; the model's own head size is 64, where it is √8 too large."""
+    res = result(cls, SCALE)
+    [finding] = res.findings[:1]
+    assert finding.status is Status.WARN and finding.row == HARD_CODED_ROW, str(res.findings)
+    assert "1/√d_k only for d_k = 8" in finding.message and "the model's own head size is d_k = 64" in finding.message
+    assert "right at the head size tfcheck built only" in finding.message, finding.message
+    assert "at the model's own d_k = 64 1/√64 = 0.125 is expected" in finding.message, finding.message
+    assert finding.location.line == _marked(marker)
+    assert "1/√d_k" in finding.evidence["coincidence"]
+
+
+def test_a_constant_right_at_the_models_own_sizes_passes_and_says_it_is_a_constant():
+    res = result(SmallOverRootEight, SCALE)
+    assert res.status is Status.PASS, str(res.findings)
+    [finding] = res.findings
+    assert "the scale is the constant `math.sqrt(8)`" in finding.message, finding.message
+    assert f"line {_marked('# hard-coded: the small model')}" in finding.message
+    assert "right as built" in finding.message
+    assert all("hard_coded" in site for site in finding.evidence["sites"])

@@ -39,6 +39,9 @@ class OperandPath:
     projection: OpEvent | None  # the projection the walk reached (None: none reached)
     factor: float | None  # operand = factor · (re-laid-out projection output + bias); None: unknown ops between
     norms: tuple[OpEvent, ...]  # normalising ops between the projection and the operand
+    #: The products and quotients by a number on the way (``q = q * 0.125``), whose statements attention.scale
+    #: reads for a constant written in the source; only where the factor is known.
+    scalings: tuple[OpEvent, ...] = ()
 
 
 def operand_ids(score_op: OpEvent) -> tuple[int | None, int | None]:
@@ -59,16 +62,20 @@ def path_to_projection(recording: Recording, tensor_id: int | None, before: int,
     producers = _producers(recording, before)
     factor: float | None = 1.0
     current = tensor_id
+    scalings: list[OpEvent] = []
     for _ in range(64):
         if current is None:
             break
         if current in projections:
-            return OperandPath(projections[current], factor, _norms_between(producers, tensor_id, current))
+            return OperandPath(projections[current], factor, _norms_between(producers, tensor_id, current),
+                               tuple(scalings) if factor is not None else ())
         op = producers.get(current)
         if op is None:
             break
         step, current = _step(op, producers, scalar_values)
         factor = None if factor is None or step is None else factor * step
+        if step is not None and op.short_name in MULTIPLIES | DIVIDES:
+            scalings.append(op)
     reached = _reached_projection(producers, tensor_id, projections)
     if reached is None:
         return OperandPath(None, None, ())

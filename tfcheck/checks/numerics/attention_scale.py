@@ -27,16 +27,20 @@ from tfcheck.checks.numerics.scale_diagnosis import (
     close,
     diagnose,
     hard_coded,
+    hard_coded_message,
     own_sizes,
+    passing_note,
+    right_only_as_built,
     shrunk_note,
 )
+from tfcheck.checks.numerics.scale_source import at_constant, scaling, written_scale
 from tfcheck.engine.registry import check
 from tfcheck.model.inputs import PROBE_BATCH
-from tfcheck.probe import literal_scale, recorded_probe
+from tfcheck.probe import recorded_probe
 from tfcheck.probe.attention_sites import PROJECTIONS, AttentionSite, CapturedOp
 from tfcheck.probe.operand_path import OperandPath, operand_ids, path_to_projection
 from tfcheck.probe.score_flow import MaskUse, written_into
-from tfcheck.recording.recorder import OpEvent, Recording
+from tfcheck.recording.recorder import Recording
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -60,6 +64,7 @@ class Measured:
     written: torch.Tensor | None = None  # the score entries a mask constant wrote, left out of the fit
     mask_constants: tuple = ()  # what wrote them: value, op, entries, whether the constant masks
     norms: dict = field(default_factory=dict)  # operand -> the normalising ops between it and its projection
+    scalings: tuple = ()  # the ops that scale q or k by a number between their projection and the product
 
 
 @check(ID, "attention logits are scaled by 1/√d_k (the per-head size)", rows=(ROW, HARD_CODED_ROW), order=62)
@@ -75,6 +80,7 @@ def attention_scale(ctx) -> list[Finding]:
     known = known_scale(subject)
     findings: list[Finding] = []
     measured: list[dict] = []
+    frames = value_origin.captured_frames(recorded)
     for site in sites:
         m = measure(site, collector.captured, collector.flow.masks, recorded.recording, collector.scalar_values)
         if m is None:
@@ -84,13 +90,17 @@ def attention_scale(ctx) -> list[Finding]:
         entry = {"module": site.module, "line": site.line, "d_k": d_k, "measured": m.scale, "expected": expected,
                  "read_from": m.how, "operand_scalars": m.traced, "mask_constants": list(m.mask_constants)}
         measured.append(entry)
-        if abs(m.scale / expected - 1) > TOLERANCE and not any(
-                f.location is not None and f.location.module == site.module for f in findings):
-            frames = value_origin.captured_frames(recorded)
+        # Every site's constant is read, passing ones too: at a shrunk head size a wrong one can measure 1/√d_k.
+        written = written_scale(site, recorded.recording, frames, m.scalings, m.scale)
+        own = own_sizes(subject.loaded, subject.facts.d_model, d_k) if written is not None else None
+        wrong = abs(m.scale / expected - 1) > TOLERANCE or (
+            not known and written is not None and right_only_as_built(m.scale, d_k, own))
+        if wrong and not any(f.location is not None and f.location.module == site.module for f in findings):
             findings.append(_judge(subject, site, m, expected, known, entry,
                                    {c.event.index: c for c in collector.captured},
-                                   scale_location(site, recorded.recording, frames),
-                                   written_scale(site, recorded.recording, frames)))
+                                   scale_location(site, recorded.recording, frames), written))
+        elif written is not None and not wrong:
+            entry["hard_coded"] = passing_note(written, d_k, own)
     if not measured:
         return [Finding(ID, Status.SKIP, "inconclusive: attention was found but no site's logits could be measured "
                         "(the scores varied too little across the batch)", evidence={"sites": len(sites)})]
@@ -99,6 +109,8 @@ def attention_scale(ctx) -> list[Finding]:
     if findings:
         return [_with(f, evidence) for f in findings[:3]]
     where = f" ({known[1]})" if known else ""
+    notes = [e["hard_coded"] for e in measured if "hard_coded" in e]
+    noted = f"; {notes[0]}" + (f" (at {len(notes)} sites)" if len(notes) > 1 else "") if notes and not known else ""
     if known and known[1].startswith("config.model_type"):
         # By design, yet it looks like the "not scaled" bug; say why instead of passing silently.
         finding = Finding(ID, Status.WARN, f"{len(measured)} attention sites are not scaled by 1/√d_k ({known[1]}): "
@@ -110,7 +122,8 @@ def attention_scale(ctx) -> list[Finding]:
             finding = finding.with_status(Status.ACCEPTED, f"{finding.message} (accepted: {reason})")
         return [finding]
     return [Finding(ID, Status.PASS, f"{len(measured)} attention sites scale their logits by "
-                    f"{measured[0]['expected']:.4g}{where}, within {TOLERANCE:.0%}", Location(module=""), evidence)]
+                    f"{measured[0]['expected']:.4g}{where}, within {TOLERANCE:.0%}{noted}", Location(module=""),
+                    evidence)]
 
 
 def _with(finding: Finding, evidence: dict) -> Finding:
@@ -123,7 +136,7 @@ def scale_location(site: AttentionSite, recording: Recording, frames: dict) -> t
     by (followed out of a shared helper to the call that passed it), the scores' line as related; the scores'
     line itself where no constant scales them (nothing scales them: that is the line to change)."""
     scores = Location(site.module, site.file, site.line)
-    op, value = _scaling(site, recording)
+    op, value = scaling(site, recording)
     found = value_origin.located(site.module, frames.get(op.index) if op else None, value,
                                  "the scale is applied here")
     if found is None or (found[0].file, found[0].line) == (site.file, site.line):
@@ -131,48 +144,6 @@ def scale_location(site: AttentionSite, recording: Recording, frames: dict) -> t
     location, used = found
     applied = tuple(r for r in used if (r.file, r.line) != (site.file, site.line))
     return location, (Related("the scores are computed here", site.file, site.line, site.module), *applied)
-
-
-def _scaling(site: AttentionSite, recording: Recording) -> tuple[OpEvent | None, float | None]:
-    """The op that scales the site's scores by a constant, and the constant (sdpa: its scale= argument)."""
-    if site.form == "sdpa":
-        scale = site.options.get("scale")
-        return (site.score_op, float(scale)) if isinstance(scale, (int, float)) else (None, None)
-    made = set(site.score_op.output_ids)
-    end = site.softmax_op.index if site.softmax_op is not None else len(recording.ops)
-    for op in recording.ops[site.score_op.index + 1:end]:
-        if op.level != "function" or not made & set(op.input_ids):
-            continue
-        value = _constant(op)
-        if op.short_name in value_origin.SCALINGS and value is not None:
-            return op, value
-        made |= set(op.output_ids)  # a re-view or mask of the scores before they are scaled
-    return None, None
-
-
-def written_scale(site: AttentionSite, recording: Recording, frames: dict) -> Written | None:
-    """The constant the site's scores are scaled by, where the source writes it as a number (``/ 8.0``, a
-    literal passed to a shared helper, ``scale=0.125``): read at the line that chose it, see probe/literal_scale.py."""
-    op, value = _scaling(site, recording)
-    if op is None or value is None or value == 0:
-        return None
-    found = value_origin.chosen_at(frames.get(op.index) or (), value)
-    file, line = (found[0].file, found[0].line) if found else (op.file or site.file, op.line or site.line)
-    literal = literal_scale.written_constant(file, line, value)
-    if literal is None:
-        return None
-    divides = site.form != "sdpa" and op.short_name in _DIVISIONS
-    return Written(literal, 1 / value if divides else value, divides)
-
-
-#: The scalings of value_origin.SCALINGS that divide the scores by their constant.
-_DIVISIONS = frozenset({"div", "__truediv__", "true_divide", "div_", "__itruediv__"})
-
-
-def _constant(op: OpEvent) -> float | None:
-    numbers = list(op.scalars.get("positional", {}).values()) + \
-        [v for k, v in op.scalars.items() if k != "positional" and isinstance(v, (int, float))]
-    return float(numbers[0]) if len(numbers) == 1 else None
 
 
 def known_scale(subject) -> tuple[float, str] | None:
@@ -215,20 +186,21 @@ def measure(site: AttentionSite, captured: list[CapturedOp], masks: Sequence[Mas
         if traced[name] is None and path.projection is not None and path.factor is not None:
             traced[name] = path.factor
     norms = {name: path.norms for name, path in paths.items() if path.norms}
+    scalings = tuple(op for path in paths.values() for op in path.scalings)
     operands = math.prod(v for v in traced.values() if v is not None)
     if site.form == "sdpa":
         scale = site.options.get("scale")
         how = "the scale= argument of scaled_dot_product_attention" if scale is not None else \
             "scaled_dot_product_attention's default 1/√q.size(-1)"
         base = float(scale) if scale is not None else 1 / math.sqrt(site.query.tensor.shape[-1])
-        return Measured(base * operands, how, traced, norms=norms)
+        return Measured(base * operands, how, traced, norms=norms, scalings=scalings)
     raw, logits = _raw_product(site, by_index), _softmax_input(site, by_index)
     written, constants = written_into(masks, site.score_op, site.softmax_op, logits)
     fitted = _fitted_scale(raw, logits, written)
     if fitted is None:
         return None
     return Measured(fitted * operands, f"the softmax input over the product of its operands ({site.score_op.name})",
-                    traced, written, constants, norms)
+                    traced, written, constants, norms, scalings)
 
 
 def _paths(site: AttentionSite, recording: Recording, before: list[CapturedOp],
@@ -322,16 +294,17 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
     if close(m.scale, 1.0):
         written = None  # not scaled at all, at every head size: the constant tells nothing the measure does not
     noted: dict = {}
+    own = own_sizes(subject.loaded, d_model, d_k) if written is not None else None
     if written is not None:
         # A constant is judged at the model's own sizes: at tfcheck's shrunk ones it can equal a named scale.
-        what, bug, noted = hard_coded(written, m.scale, d_k, d_model, own_sizes(subject.loaded, d_model, d_k))
+        what, bug, noted = hard_coded(written, m.scale, d_k, d_model, own)
     else:
         what, bug = diagnose(m.scale, d_k, d_model)
         # A 1/d_k computed from the head size follows tfcheck's shrink; the evidence says it was measured there.
         if close(m.scale, 1 / d_k) and (note := shrunk_note(subject.loaded, d_model, d_k)):
             noted = {"built_sizes": note}
     module = site.module or "<root>"
-    location, related = where
+    location, related = at_constant(site, written, where)
     untraced = [name for name, c in m.traced.items() if c is None]
     evidence = {**entry, "diagnosis": what, **noted,
                 "normalised": {name: [f"{op.short_name} at {op.module}:{op.line}" for op in ops]
@@ -357,11 +330,7 @@ def _judge(subject, site: AttentionSite, m: Measured, expected: float, known, en
                        "scale=None in F.scaled_dot_product_attention.", location, evidence, row=ROW,
                        related=related)
     if written is not None:
-        status, message = Status.WARN, (
-            f"attention in '{module}' is {what} (measured {m.scale:.4g}, expected 1/√{d_k} = {expected:.4g}). A "
-            "scale written as a number is right for one head size only; compute it from the head size: scores = "
-            "q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) (or leave scale=None in "
-            "F.scaled_dot_product_attention). If the constant is intended, declare accept={'attention.scale': 'why'}.")
+        status, message = Status.WARN, hard_coded_message(module, what, m.scale, d_k, own)
     else:
         status, message = Status.WARN, (
             f"attention in '{module}' is {what} (d_k = {d_k}, measured {m.scale:.4g}, expected {expected:.4g}). "

@@ -45,11 +45,13 @@ def diagnose(measured: float, d_k: int, d_model: int | None) -> tuple[str, bool]
 @dataclass(frozen=True)
 class Written:
     """A scale the source writes as a constant: the literal, the factor it scales the scores by, and whether
-    the op divides by it (``/ 8.0``) or multiplies (``* 0.125``, ``scale=0.125``)."""
+    the op divides by it (``/ 8.0``) or multiplies (``* 0.125``, ``scale=0.125``). ``also``: the other constants
+    that make up the factor (q and k each scaled by ``64 ** -0.25``)."""
 
     literal: Literal
     factor: float
     divides: bool
+    also: tuple[Literal, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,18 @@ def _right_for(factor: float) -> str:
     return f"which is 1/√d_k for no whole head size (d_k = {d_k:.3g})"
 
 
-def coincidence(measured: float, d_k: int, d_model: int | None) -> str | None:
-    """The named scale of the built size a measured constant equals, said as a coincidence of that size."""
-    named = {"1/d_k": 1 / d_k, "√d_k": math.sqrt(d_k), "1/√d_model": 1 / math.sqrt(d_model) if d_model else None}
+def right_only_as_built(measured: float, d_k: int, own: Sizes | None) -> bool:
+    """A constant scale that measures 1/√d_k at the head size tfcheck built but not at the model's own
+    (``/ 2.828`` on a model of d_k = 64 that tfcheck shrank to d_k = 8): it would pass, though wrong as written."""
+    return own is not None and own.d_k != d_k and close(measured, 1 / math.sqrt(d_k)) and \
+        not close(measured, 1 / math.sqrt(own.d_k))
+
+
+def coincidence(measured: float, d_k: int, d_model: int | None, own: Sizes | None = None) -> str | None:
+    """The named scale of the built size a measured constant equals, said as a coincidence of that size (1/√d_k
+    too, where the model's own head size is another)."""
+    named = {"1/d_k": 1 / d_k, "√d_k": math.sqrt(d_k), "1/√d_model": 1 / math.sqrt(d_model) if d_model else None,
+             "1/√d_k": 1 / math.sqrt(d_k) if own is not None and own.d_k != d_k else None}
     hit = next((name for name, value in named.items() if value and close(measured, value)), None)
     return None if hit is None else (f"the measured {measured:.4g} equals {hit} of the head size tfcheck built "
                                      f"(d_k = {d_k}) only by coincidence: the scale is a constant, it does not "
@@ -116,11 +127,16 @@ def hard_coded(written: Written, measured: float, d_k: int, d_model: int | None,
     literal, factor = written.literal, written.factor
     shown = f"1/{_number(1 / factor)}" if written.divides else \
         f"{_number(factor)}" + (f" (= 1/{_number(1 / factor)})" if 0 < factor < 1 else "")
-    what = (f"scaled by the constant {shown} written in the source (`{literal.text}`, line {literal.line}), "
+    others = "".join(f" and `{o.shown}`, line {o.line}" for o in written.also)
+    what = (f"scaled by the constant {shown} written in the source (`{literal.shown}`, line {literal.line}{others}), "
             f"{_right_for(factor)}; tfcheck built this model with d_k = {d_k}")
     evidence: dict[str, Any] = {"hard_coded": {"text": literal.text, "value": literal.value, "factor": factor,
                                                "file": literal.file, "line": literal.line}}
-    if (note := coincidence(measured, d_k, d_model)) is not None:
+    if literal.name:
+        evidence["hard_coded"]["name"] = literal.name
+    if written.also:
+        evidence["hard_coded"]["also"] = [{"text": o.shown, "line": o.line, "file": o.file} for o in written.also]
+    if (note := coincidence(measured, d_k, d_model, own)) is not None:
         evidence["coincidence"] = note
     if own is None:
         return what + " (a size tfcheck chose: the model has no default for it)", False, evidence
@@ -136,7 +152,31 @@ def hard_coded(written: Written, measured: float, d_k: int, d_model: int | None,
         return f"{what}, where it is {at_own}", True, evidence
     if own.shrunk and close(measured, 1 / math.sqrt(own.d_k)):
         what += ", so it is right at that size only"
+    elif right_only_as_built(measured, d_k, own):
+        what += f", where it is {at_own}: it is right at the head size tfcheck built only"
     return what, False, evidence
+
+
+def hard_coded_message(module: str, what: str, measured: float, d_k: int, own: Sizes | None) -> str:
+    """The warning of a scale written as a constant that is no named bug."""
+    if own is not None and right_only_as_built(measured, d_k, own):
+        sizes = (f"measured {measured:.4g}, 1/√d_k at the head size tfcheck built, d_k = {d_k}; at the model's own "
+                 f"d_k = {own.d_k} 1/√{own.d_k} = {1 / math.sqrt(own.d_k):.4g} is expected")
+    else:
+        sizes = f"measured {measured:.4g}, expected 1/√{d_k} = {1 / math.sqrt(d_k):.4g}"
+    return (f"attention in '{module}' is {what} ({sizes}). A scale written as a number is right for one head size "
+            "only; compute it from the head size: scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) (or leave "
+            "scale=None in F.scaled_dot_product_attention). If the constant is intended, declare "
+            "accept={'attention.scale': 'why'}.")
+
+
+def passing_note(written: Written, d_k: int, own: Sizes | None) -> str:
+    """What a passing site's evidence and the check's message say of a scale written as a constant: right, at
+    the head size it was measured at, which is the model's own (or one tfcheck chose)."""
+    literal = written.literal
+    whose = "the model's own" if own is not None else "the one tfcheck chose (the model has no default for it)"
+    return (f"the scale is the constant `{literal.shown}` (line {literal.line}), 1/√d_k for d_k = {d_k}, {whose}: "
+            "right as built, wrong if the model is built with another head size")
 
 
 def shrunk_note(loaded: Any, d_model: int | None, d_k: int) -> str | None:
