@@ -331,10 +331,12 @@ def test_names_outside_the_exact_tables_are_read_by_their_patterns(name, expecte
     assert quantity(name) == expected
 
 
-def test_n_and_h_are_layers_and_heads_only_as_the_annotated_transformers_pair():
+def test_n_and_h_are_layers_and_heads_only_beside_a_width():
     beside = ["src_vocab", "tgt_vocab", "N", "d_model", "d_ff", "h", "dropout"]
     assert (quantity("N", beside), quantity("h", beside)) == ("NUM_LAYERS", "NUM_HEADS")
-    assert quantity("N", ["N", "d_model"]) is None and quantity("h", ["h", "d_model", "d_ff"]) is None
+    # N beside a width alone may be anything; h beside a width is the head count (MultiHeadedAttention(h, d_model))
+    assert quantity("N", ["N", "d_model"]) is None and quantity("h", ["h", "d_model", "d_ff"]) == "NUM_HEADS"
+    assert quantity("h", ["h", "d_ff"]) is None and quantity("N", ["N", "h"]) is None
     assert quantity("hidden_dim", ["dim", "hidden_dim"]) == "D_FF" and quantity("hidden_dim") == "D_MODEL"
 
 

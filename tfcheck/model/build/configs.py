@@ -25,6 +25,7 @@ from tfcheck.errors import SpecError
 from tfcheck.model.build import names
 from tfcheck.model.build.config_source import ConfigSource
 from tfcheck.model.build.hf_configs import hugging_face_source
+from tfcheck.model.build.name_rules import namespace_reads
 from tfcheck.model.build.recording_config import AttrDict, RecordingConfig, to_config_object
 from tfcheck.model.build.script_configs import script_configs
 from tfcheck.model.build.small_sizes import SMALL_VALUES, is_unset, plan, quantity
@@ -42,7 +43,17 @@ Recorder = Callable[[RecordingConfig], BaseException | None]
 
 
 def is_config_param(origin: Any, param: inspect.Parameter) -> bool:
-    return param.name in names.CONFIG_PARAMS or dataclasses.is_dataclass(annotation_class(origin, param))
+    if param.name in names.CONFIG_PARAMS or dataclasses.is_dataclass(annotation_class(origin, param)):
+        return True
+    return param.annotation is param.empty and options_namespace(origin, param.name)
+
+
+def options_namespace(origin: Any, param: str) -> bool:
+    """Whether the constructor only reads attributes of ``param`` (``hp.d_model``, ``self.hp = hp``), two of them
+    hyper-parameters at least, whatever its name: an options namespace, given a recording config like ``args``.
+    One size read on an object (``tokenizer.vocab_size``) is no namespace: that object is the user's to give."""
+    reads = namespace_reads(origin, param)
+    return reads is not None and sum(quantity(r, reads) is not None for r in reads) >= 2
 
 
 def config_for(origin: Any, param: inspect.Parameter, given: Mapping[str, Any] | None, shrink: bool,
@@ -370,4 +381,4 @@ def _json(value: Any) -> str:
 
 
 __all__ = ["AttrDict", "ConfigSource", "REQUIRED", "annotation_class", "apply", "class_fields", "class_source",
-           "config_for", "is_config_param", "missing_field_message"]
+           "config_for", "is_config_param", "missing_field_message", "options_namespace"]

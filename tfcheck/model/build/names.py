@@ -116,7 +116,7 @@ CONFIG_NAMES: dict[str, tuple[str, ...]] = {
 }
 #: Parameter names under which a constructor takes a whole config object.
 CONFIG_PARAMS = ("config", "cfg", "conf", "args", "hparams", "params", "model_args", "model_config", "model_cfg",
-                 "configs", "hps", "hp")
+                 "configs", "hps", "hp", "opt", "opts")
 #: Config fields that name a preset of sizes instead of the sizes (minGPT's model_type = 'gpt2' next to n_layer =
 #: None, asserting exactly one is given): tfcheck states the sizes, so it clears the preset.
 SIZE_PRESETS = ("model_type",)
@@ -142,9 +142,10 @@ NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     # (Falcon), n_query_groups (litgpt); shrunk with the head count so that it keeps dividing it
     (r"(n|num)_(kv|key_value)_heads?|(n|num)_heads?_kv|(n|num)_query_groups", "KV_HEADS"),
 )
-#: The Annotated Transformer's make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8): N layers and
-#: h heads, read so only as that pair beside a d_model and a d_ff name (a lone N or h says nothing).
-PAPER_PAIR = {"N": "NUM_LAYERS", "h": "NUM_HEADS"}
+#: The paper's single letters: the Annotated Transformer's make_model(src_vocab, tgt_vocab, N=6, d_model=512,
+#: d_ff=2048, h=8) and MultiHeadedAttention(h, d_model), and a width d beside a head count. Read so only beside
+#: another recognised size (tfcheck.model.build.name_rules.letter_quantity): a lone N, h or d says nothing.
+PAPER_PAIR = {"N": "NUM_LAYERS", "h": "NUM_HEADS", "d": "D_MODEL"}
 
 #: Hugging Face model families whose causality their config's model_type states: bidirectional encoders
 #: and decoder-only LMs. (``is_decoder`` and ``is_encoder_decoder`` are read first: a BERT built as a decoder

@@ -92,7 +92,9 @@ def width_relations(build: Callable[..., Any], arguments: Mapping[str, Any],
     out: dict[str, Any] = {}
     for n in sorted(set(signature) - set(given) - set(names.D_MODEL)):
         v_was, v = _get(default, n), _get(small, n)
-        if not (_WIDTH.fullmatch(n) and quantity(n, signature) is None and _int(v_was) and _int(v) and v_was > 0):
+        # words=False: a Hugging Face field the word rule would read (embedding_size) is still a width kept here
+        known = quantity(n, signature, words=False) is not None
+        if not (_WIDTH.fullmatch(n) and not known and _int(v_was) and _int(v) and v_was > 0):
             continue
         if v_was == was and v != now:
             out[n] = now

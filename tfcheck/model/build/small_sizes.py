@@ -3,7 +3,8 @@ the invariants a Transformer's sizes keep (d_model = heads x d_k, kv-heads divid
 special ids inside the vocabulary).
 
 A name is a hyper-parameter when a table of tfcheck.model.build.names lists it (exact names first, then its name
-patterns); ``quantity`` says which. Plain data and arithmetic: importing it imports no torch.
+patterns, then the word rule of tfcheck.model.build.name_rules for spellings no table lists); ``quantity`` says
+which. Plain data and arithmetic: importing it imports no torch.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from tfcheck.model.build import names
+from tfcheck.model.build import name_rules, names
 
 #: The small value of each quantity: distinct from each other (d_model 32 != d_ff 64 != vocab 101) so that no
 #: axis can be mistaken for another, and small enough to build in milliseconds.
@@ -67,20 +68,37 @@ _SIZES = ("VOCAB_SIZE", "NUM_LAYERS", "D_FF", "MAX_LEN", "NUM_EXPERTS", "EXPERT_
 _POSITIVE = _SIZES + ("D_MODEL", "NUM_HEADS")
 
 
-def quantity(name: str, beside: Iterable[str] = ()) -> str | None:
+def quantity(name: str, beside: Iterable[str] = (), words: bool = True) -> str | None:
     """The table a hyper-parameter name belongs to (``beside``: the other names of the same signature or config,
     which decide the Annotated Transformer's N and h, and hidden_dim next to another width); None for a name
-    that is no hyper-parameter (a switch such as bias or causal, an activation's name)."""
-    others = set(beside)
+    that is no hyper-parameter (a switch such as bias or causal, an activation's name). ``words=False`` reads
+    the tables and patterns only: a Hugging Face config's fields keep the relations its defaults hold
+    (embedding_size beside hidden_size is a width kept in relation, not a second d_model)."""
+    others = set(beside) - {name}
     if name in names.PAPER_PAIR:
-        pair = set(names.PAPER_PAIR) <= others | {name}
-        width = any(EXACT.get(n) == "D_MODEL" for n in others) and any(quantity(n) == "D_FF" for n in others)
-        return names.PAPER_PAIR[name] if pair and width else None
-    if name == "hidden_dim" and any(EXACT.get(n) == "D_MODEL" for n in others - {name}):
+        return name_rules.letter_quantity(name, others, quantity)
+    if name == "hidden_dim" and any(EXACT.get(n) == "D_MODEL" for n in others):
         return "D_FF"  # Llama's FeedForward(dim, hidden_dim): the second width is the feed-forward one
     if name in EXACT:
         return EXACT[name]
-    return next((q for pattern, q in PATTERNS if pattern.fullmatch(name)), None)
+    found = next((q for pattern, q in PATTERNS if pattern.fullmatch(name)), None)
+    if found is not None or not words:
+        return found
+    snake = name_rules.snake(name)  # numberOfHeads, vocabSize: the tables' names written in camelCase
+    if snake != name:
+        return quantity(snake, beside)
+    # Then the word rule (tfcheck.model.build.name_rules): model_dimension, number_of_heads, src_seq_len. A
+    # hidden width (d_hid, hidden_dimension) is d_ff beside another width, as hidden_dim is.
+    by_words = name_rules.by_words(name)
+    if by_words == "HIDDEN":
+        return "D_FF" if any(_plain_width(n) for n in others) else "D_MODEL"
+    return by_words
+
+
+def _plain_width(name: str) -> bool:
+    """A d_model name that no hidden width rule could make a d_ff (d_model, model_dimension, not hidden_dim)."""
+    return EXACT.get(name) == "D_MODEL" and name != "hidden_dim" or (
+        name not in EXACT and name_rules.by_words(name_rules.snake(name)) == "D_MODEL")
 
 
 def small_value(name: str, beside: Iterable[str] = ()) -> Any:
@@ -95,7 +113,8 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = True) -> dict[str, Any]:
+def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = True,
+         words: bool = True) -> dict[str, Any]:
     """The new values of the ``changeable`` names among ``values`` (every hyper-parameter known so far: the
     defaults, what tfcheck filled, what the user gave), so that the whole set is small and consistent.
 
@@ -103,9 +122,9 @@ def plan(values: Mapping[str, Any], changeable: Iterable[str], shrink: bool = Tr
     (above its small value) is shrunk. The names not changeable (the user's) are kept and the others follow
     them: d_model = heads x d_k with d_k >= 4, heads >= 2 and d_k != d_model; a separate d_k / d_v = d_model /
     heads; the width aliases equal; kv-heads dividing heads; top-k <= experts; special ids below the vocabulary.
-    A max_len at or below 64 is kept (it states the model's capacity)."""
+    A max_len at or below 64 is kept (it states the model's capacity). ``words``: as for ``quantity``."""
     every = list(values)
-    q = {n: quantity(n, every) for n in every}
+    q = {n: quantity(n, every, words) for n in every}
     free = {n for n in changeable if n in values and q[n] is not None}
     new = dict(values)
 
@@ -185,12 +204,12 @@ def hugging_face_values(model_class: str, defaults: Mapping[str, Any], small: Ma
     the config leaves unset, and, for a causal-LM head (names.HF_CAUSAL_HEADS) of a config with the decoder
     switch, the switch on."""
     values = {**defaults, **small, **given}
-    derived = [n for n in values if quantity(n) in _DERIVED and n not in given]
+    derived = [n for n in values if quantity(n, words=False) in _DERIVED and n not in given]
     # A vocabulary named by pattern only (a padded vocabulary's true size, the LM head's width: Inkling 2's
     # unpadded_vocab_size) is not among the exact names ``small`` holds: shrunk with them where its default is set.
     vocabularies = [n for n in values if n not in small and n not in given and n not in EXACT
-                    and quantity(n) == "VOCAB_SIZE" and _int(values[n])]
-    out = plan(values, derived + vocabularies)
+                    and quantity(n, words=False) == "VOCAB_SIZE" and _int(values[n])]
+    out = plan(values, derived + vocabularies, words=False)
     out.update(_axial(values, given))
     switch = names.HF_DECODER_SWITCH
     if model_class.endswith(names.HF_CAUSAL_HEADS) and switch in defaults and switch not in given \
