@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from tfcheck.model import inputs
+from tfcheck.model.build.composed import compose
 from tfcheck.model.build.loaded import Loaded
 from tfcheck.model.facts import declarations as decl
 from tfcheck.model.facts.facts import Facts
@@ -185,7 +186,10 @@ class Subject:
 
 
 def build_subject(loaded: Loaded, declared: dict[str, decl.Declared]) -> Subject:
-    """The Subject of a built model, every fact that nothing declared inferred (``tfcheck.model.facts.inference``)."""
-    subject = Subject(loaded, declared)
+    """The Subject of a built model, every fact that nothing declared inferred (``tfcheck.model.facts.inference``);
+    a model with no forward of its own but encode/decode methods is called through a composed forward
+    (``tfcheck.model.build.composed``), stated first among the assumptions."""
+    loaded, composition = compose(loaded)
+    subject = Subject(loaded, declared, assumptions=[composition] if composition else [])
     infer_facts(subject)
     return subject

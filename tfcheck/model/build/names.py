@@ -197,3 +197,19 @@ KEY_PADDING_ARGS = ("attention_mask", "key_padding_mask", "src_key_padding_mask"
 #: forward(src, tgt, src_mask, tgt_mask)): given it, optional or required, unless the model builds its own.
 #: A generic name (mask, attn_mask) never is: a decoder that forgot its own mask must still fail.
 CAUSAL_MASK_ARGS = ("tgt_mask", "trg_mask", "causal_mask", "look_ahead_mask", "subsequent_mask")
+#: The parameter of a ``decode`` method that takes ``encode``'s output (a model with no forward of its own,
+#: tfcheck.model.build.composed), matched whole: memory, encoder_output(s), enc_out, enc_src, encoded, context ...
+ENCODER_OUTPUT_ARG = (r"memory|mem|encoded|context|"
+                      r"enc(oder)?_?(out|outs|output|outputs|src|states?|hidden(_states)?|memory)?")
+#: The methods that map decode's states to logits, when the class defines one (hkproj's ``project``).
+PROJECT_METHODS = ("project", "generator")
+#: A method that must run before forward (gpt-fast's ``setup_caches(max_batch_size, max_seq_length)``), by name:
+#: set up / init / allocate / reset / build ... + cache(s), matched whole; tfcheck.model.trial.set_up.
+SETUP_METHOD = r"_?(setup|set_up|init|initialize|initialise|allocate|alloc|reset|build|create|make)_(kv_)?caches?"
+#: Its batch-size and length parameters, matched whole.
+SETUP_BATCH_ARG = r"(max_)?(batch_size|batch|bsz|bs|batch_sz|num_batch)"
+SETUP_LENGTH_ARG = (r"(max_)?(seq_len|seq_length|seqlen|sequence_length|length|len|cache_len|cache_size|ctx_len|"
+                    r"context_length)")
+#: A forward argument of token positions (gpt-fast's ``input_pos``) given ``arange(length)`` once the set-up ran:
+#: the probe starts at position 0, as a start_pos of 0 says.
+POSITIONS_ARGS = ("input_pos", "input_positions", "positions", "pos")

@@ -3,8 +3,9 @@ them.
 
 Facts that need one: the layout of a mask the forward requires (the tutorial style takes its masks already laid
 out for the attention scores, (b, 1, s) or (b, 1, 1, s), and raises on (batch, length) ones), the reading of an
-optional mask argument of a generic name (tfcheck.model.trial.optional_mask), and which tensor of the return value
-is the output (``output=auto`` until a return value is seen). Everything else is settled
+optional mask argument of a generic name (tfcheck.model.trial.optional_mask), which tensor of the return value
+is the output (``output=auto`` until a return value is seen), and a set-up method a forward that raised needs
+first (tfcheck.model.trial.set_up). Everything else is settled
 without running the model (``tfcheck.model.facts.inference``), so pytest's collection, which decides the items,
 runs no forward.
 
@@ -30,6 +31,7 @@ from tfcheck.model.trial import (
     optional_mask,
     own_causal_mask,
     sequence_layout,
+    set_up,
     target_reading,
     target_vocab,
 )
@@ -92,7 +94,9 @@ def settle(subject: ModelUnderTest, forward: Callable[..., Any], raw_of: Callabl
     try:
         result = forward(True)
     except model_error as first:
-        layouts = layouts_to_try(subject)
+        # A set-up method the forward needs first (tfcheck.model.trial.set_up), before any other reading is tried.
+        ran, result = set_up.try_set_up(subject, describe(first), lambda: forward(True), model_error)
+        layouts = () if ran else layouts_to_try(subject)
         for layout in layouts:
             set_mask_layout(subject, layout)
             try:
@@ -102,9 +106,10 @@ def settle(subject: ModelUnderTest, forward: Callable[..., Any], raw_of: Callabl
             adopt_mask_layout(subject, layout, describe(first))
             break
         else:
-            if layouts:
-                set_mask_layout(subject, None)  # none ran: the error of the (batch, length) masks is the finding
-            return Trial(error=first)
+            if not ran:
+                if layouts:
+                    set_mask_layout(subject, None)  # none ran: the error of the (batch, length) masks is the finding
+                return Trial(error=first)
     observed = observed_of(result)
     restructured = observed is not None and adopt_structure(subject, observed)
     # After the rules: one may have taken the mask argument away (a sequence-first model's src_mask). The
