@@ -18,7 +18,8 @@ from model_state import assert_same, snapshot
 from reference_model import TransformerLM, broken
 from tfcheck import Status
 from tfcheck.battery import all_checks
-from tfcheck.engine.context import NEUTRALISED, CheckContext
+from tfcheck.engine.context import CheckContext
+from tfcheck.engine.noise_text import NEUTRALISED
 from tfcheck.engine.runner import Runner, applicable_checks, load_subject
 from tfcheck.probe.deterministic import EVIDENCE_KEY, Neutraliser, generator_states, moved
 

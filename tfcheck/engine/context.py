@@ -36,7 +36,8 @@ import torch
 from tfcheck.engine.flow_weights import flow_weights
 from tfcheck.engine.limits import NOT_APPLICABLE, InstrumentationLimit, dynamo_disabled, instrumented, without_modes
 from tfcheck.engine.memory import fit_probes
-from tfcheck.engine.registry import Check, NotApplicable, inconclusive, registered
+from tfcheck.engine.noise_text import NEUTRALISED, neutralised_why, noise_reason
+from tfcheck.engine.registry import Check, NotApplicable, inconclusive
 from tfcheck.errors import UsageError
 from tfcheck.explainers.explanation import Explanation, explain
 from tfcheck.model.build.user_code import user_code
@@ -45,6 +46,7 @@ from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA, batch_length
 from tfcheck.model.subject import Subject
 from tfcheck.model.trial import caller_masks, optional_mask, trial
 from tfcheck.model.trial.flat_outputs import output_size
+from tfcheck.model.trial.length_reading import read_length_multiple
 from tfcheck.model.trial.observed import Observed, Observer
 from tfcheck.model.trial.outputs import as_checks_read
 from tfcheck.model.trial.trial import Trial
@@ -173,6 +175,9 @@ class CheckContext:
         # Whether the trial's forwards drew random numbers: when none did, eval mode is deterministic and the
         # flow checks' precondition costs no forward (``determinism()``).
         subject.probe_cache[TRIAL_DREW] = deterministic.moved(generators, deterministic.generator_states())
+        if not found.ran and isinstance(found.error, ModelRaised) and \
+                read_length_multiple(subject, length, _located(found.error), self.runs_at):
+            return self.settle()  # again, at the probe length rounded to the multiple read
         if not found.ran and subject.loaded.shrunk and subject.loaded.shrink and found.error is not None:
             return self.settle_at_defaults(found)
         if found.ran:
@@ -181,6 +186,18 @@ class CheckContext:
                 self.keep_recording(*found.recorded)
         subject.trial = found
         return found
+
+    def runs_at(self, length: int) -> bool:
+        """Whether a forward at batch 1 and ``length`` runs, asked once per model (the trial's length reading and
+        forward.smoke's hint ask the same); an error of tfcheck's own is not the model's and is raised."""
+        key = ("runs at", length)
+        if key not in self.subject.probe_cache:
+            try:
+                self.run(*self.subject.make_inputs(1, length), f"a forward at batch 1, length {length}")
+                self.subject.probe_cache[key] = True
+            except ModelRaised:
+                self.subject.probe_cache[key] = False
+        return bool(self.subject.probe_cache[key])
 
     def settle_at_defaults(self, small: Trial) -> Trial:
         """The trial raised on the model tfcheck shrank: check the model at its written sizes when its trial runs
@@ -275,7 +292,7 @@ class CheckContext:
             cache = subject.probe_cache.setdefault(NEUTRAL_PROBES, {})
             cache[(PROBE_BATCH, length, 0)] = second
             subject.assumptions.append(Assumption(NEUTRALISED, measured.random_ops(measured.neutralised),
-                                                  _neutralised_why()))
+                                                  neutralised_why()))
         return measured
 
     def run_flow_check(self, chk: Check) -> list[Finding]:
@@ -291,7 +308,7 @@ class CheckContext:
         if measured is None or not (measured.neutralises or measured.uncontrolled):
             return list(chk.func(self))
         if measured.uncontrolled:
-            return [inconclusive(chk.id, _noise_reason(measured, chk.id),
+            return [inconclusive(chk.id, noise_reason(measured, chk.id),
                                  evidence={deterministic.EVIDENCE_KEY: measured.evidence()})]
         with self._neutral_probes():
             self.neutralising = True
@@ -357,32 +374,6 @@ class CheckContext:
 DETERMINISM = "determinism"
 TRIAL_DREW = "generators the trial moved"
 NEUTRAL_PROBES = "neutralised probes"
-#: The assumption the report shows when the flow checks ran with eval mode's random ops neutralised.
-NEUTRALISED = "random ops neutralised"
-
-
-def _neutralised_why() -> str:
-    flow = ", ".join(c.id for c in registered() if c.flow)
-    return (f"random ops run in eval mode (dropout.eval reports them); the checks that compare forwards ({flow}) ran "
-            "them as eval mode would: dropout with training=False, SDPA with dropout_p=0, Bernoulli draws as "
-            "their probabilities")
-
-
-def _noise_reason(measured: deterministic.Determinism, check_id: str) -> str:
-    left = measured.random_ops(measured.left) or "drawn in no call tfcheck sees: a kernel that draws inside"
-    if measured.neutralised:
-        how = (f"with {measured.random_ops(measured.neutralised)} run as in eval mode, the forward still drew random "
-               f"numbers from the {' and '.join(measured.moved)} generator ({left})")
-    elif measured.moved:
-        how = (f"{measured.what} differ by {measured.change:.3g} (tolerance {measured.tolerance:.3g}), from randomness "
-               f"tfcheck cannot switch off ({left})")
-    else:
-        how = (f"{measured.what} differ by {measured.change:.3g} (tolerance {measured.tolerance:.3g}) and no random "
-               "generator moved: the forward keeps state from one call to the next, or reads a source of its own")
-    return (f"in eval mode {how}, so {check_id}'s comparison of forwards would measure that, not the model's "
-            "dependences (dropout.eval reports it). Make two eval-mode forwards on one input agree and rerun")
-
-
 def _located(raised: Exception) -> str:
     """The model's exception and the user's line it came from."""
     text = _exception_text(raised).rstrip(": ")  # an empty assert reads "AssertionError", not "AssertionError: "

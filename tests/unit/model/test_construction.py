@@ -419,3 +419,19 @@ def test_a_value_tfcheck_chose_that_the_constructor_refuses_is_named_with_the_kw
     assert "tfcheck chose depth=2 and the constructor refused it" in message
     assert "--set 'kwargs={\"depth\": VALUE}'" in message
     assert "num_tokens" not in message.split("raised TypeError")[1]  # only the names the error names
+
+
+class LSHBuckets(nn.Module):
+    """reformer-pytorch's shape: inputs must be a multiple of twice the bucket size, 128 by default, which no length
+    under the small max_len is."""
+
+    def __init__(self, num_tokens, dim, max_seq_len, bucket_size=64):
+        super().__init__()
+        self.bucket_size = bucket_size
+        self.embed = nn.Embedding(num_tokens, dim)
+
+
+def test_a_bucket_size_is_shrunk_so_that_lengths_under_the_small_max_len_are_multiples_of_it():
+    loaded = load_subject(LSHBuckets).loaded
+    assert loaded.shrunk["bucket_size"] == (64, 4)
+    assert 2 * loaded.model.bucket_size <= loaded.filled["max_seq_len"]

@@ -81,7 +81,7 @@ def test_a_trial_that_raises_in_every_layout_falls_back_and_forward_smoke_report
     smoke = report.models[0].results[0]
     assert smoke.status is Status.FAIL and "the model's own error" in smoke.findings[0].message
     # the (batch, length) layout and the two tried after it, each recorded and once plain (it raises both ways), then
-    # forward.smoke's forward at batch 1 at that length and at each other length it tries (forward_smoke.RETRY_LENGTHS)
+    # forward.smoke's forward at batch 1 at that length and at each other length it tries (length_reading.RETRY_LENGTHS)
     assert smoke.cost.forward == 6 + 1 + 6 and "runs_at_lengths" not in smoke.findings[0].evidence
     assert not any(a.key == "mask layout" for a in report.models[0].assumptions)
 

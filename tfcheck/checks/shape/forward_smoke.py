@@ -7,6 +7,7 @@ import dataclasses
 from tfcheck.engine.context import ModelRaised
 from tfcheck.engine.registry import check, passed, warned
 from tfcheck.model.inputs import PROBE_BATCH, TARGET_LENGTH_DELTA
+from tfcheck.model.trial.length_reading import lengths_that_run
 from tfcheck.report.findings import Finding, Location, Related
 from tfcheck.report.status import Status
 
@@ -85,28 +86,15 @@ def _failed(subject, explanation, made_by: str | None) -> Finding:
     return Finding(ID, Status.FAIL, message, location, explanation.evidence, explanation.row, related=related)
 
 
-#: Lengths tried after the forward raised at the probe length: a model that takes multiples of a bucket, block or
-#: chunk size only (Sinkhorn's buckets, a hierarchical attention's powers of two) runs at some of them.
-RETRY_LENGTHS = (2, 4, 8, 16, 32, 64)
-
-
 def _with_lengths_that_run(ctx, failed: Finding, length: int) -> Finding:
     """The failure, with the lengths the model does run at (one forward at batch 1 each) and the declaration that
-    says so, when it runs at any: then the probe length, not the model, is what raised."""
+    says so, when it runs at any: then the probe length, not the model, is what raised. The trial reads a length
+    multiple from the same lengths (tfcheck.model.trial.length_reading) where they show one; here they did not."""
     subject = ctx.subject
     if subject.takes_target or (subject.facts.length_multiple or 1) > 1 or failed.row == "out-of-memory":
         return failed
-
-    def runs(n: int) -> bool:
-        try:
-            ctx.run(*subject.make_inputs(1, n), f"a forward at batch 1, length {n}, after length {length} raised")
-        except ModelRaised:  # the model raises there too (an error of tfcheck's own is reported as such)
-            return False
-        return True
-    if runs(length):  # alone, at the same length, it runs: the batch, not the length, is what it refuses
-        return failed
-    ran = [n for n in RETRY_LENGTHS if n != length and n <= subject.length_cap() and runs(n)]
-    if not ran:
+    ran = lengths_that_run(subject, length, ctx.runs_at)
+    if not ran:  # none, or alone at the same length it runs: the batch, not the length, is what it refuses
         return failed
     listed = ", ".join(str(n) for n in ran)
     shortest = f" (if it needs {ran[0]} positions at least, min_len={ran[0]})" if ran[0] > length else ""

@@ -50,6 +50,8 @@ SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts")
 TOP_K = ("num_experts_per_tok", "top_k", "moe_top_k", "n_activated_experts", "moe_topk")
 #: The span of a sliding-window attention (Longformer, LED): their inputs are padded to a multiple of it.
 ATTENTION_WINDOW = ("attention_window",)
+#: The bucket size of LSH attention (reformer-pytorch): its inputs must be a multiple of twice it.
+BUCKET_SIZE = ("bucket_size",)
 #: Axial position embeddings (Reformer): the widths of the factors sum to d_model, and the factors of the
 #: position grid multiply to the longest length.
 AXIAL_WIDTHS = ("axial_pos_embds_dim",)

@@ -28,6 +28,8 @@ SMALL_BY_QUANTITY: dict[str, Any] = {
     "ATTENTION_TYPES": [[["global", "local"], 1]],
     # Longformer pads every input to a multiple of its window (512 by default): 16 holds the probes in one.
     "ATTENTION_WINDOW": 16,
+    # Reformer takes multiples of twice its bucket only (64 by default, so 128): 4 leaves lengths under max_len.
+    "BUCKET_SIZE": 4,
     # Mixture-of-experts configs default to dozens of experts: a few small ones keep every path.
     "NUM_EXPERTS": 4, "EXPERT_D_FF": 64, "TOP_K": 2, "SHARED_EXPERTS": 1,
     # Special token ids inside the small vocabulary (Hugging Face configs default to ids like 50256).
@@ -45,6 +47,7 @@ _TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DROPOUT", names.DROPOUT), ("PAD_ID", names.PAD_ID), ("HEAD_DIM", names.HEAD_DIM),
     ("ROTARY_DIM", names.ROTARY_DIM), ("ATTENTION_TYPES", names.ATTENTION_TYPES),
     ("ATTENTION_WINDOW", names.ATTENTION_WINDOW),
+    ("BUCKET_SIZE", names.BUCKET_SIZE),
     ("NUM_EXPERTS", names.NUM_EXPERTS), ("EXPERT_D_FF", names.EXPERT_D_FF), ("TOP_K", names.TOP_K),
     ("SHARED_EXPERTS", names.SHARED_EXPERTS),
     ("BOS_TOKEN_ID", names.BOS_TOKEN_ID), ("EOS_TOKEN_ID", names.EOS_TOKEN_ID),
@@ -63,7 +66,7 @@ SMALL_VALUES: dict[str, Any] = {name: SMALL_BY_QUANTITY[q] for name, q in EXACT.
 
 _SPECIAL_IDS = ("PAD_ID", "BOS_TOKEN_ID", "EOS_TOKEN_ID")
 #: Quantities shrunk to their small value when their default is above it.
-_SIZES = ("VOCAB_SIZE", "NUM_LAYERS", "D_FF", "MAX_LEN", "NUM_EXPERTS", "EXPERT_D_FF")
+_SIZES = ("VOCAB_SIZE", "NUM_LAYERS", "D_FF", "MAX_LEN", "NUM_EXPERTS", "EXPERT_D_FF", "BUCKET_SIZE")
 #: Quantities no model can build with at zero or below: such a default means "set later" (by a tokenizer).
 _POSITIVE = _SIZES + ("D_MODEL", "NUM_HEADS")
 

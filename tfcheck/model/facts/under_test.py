@@ -47,6 +47,8 @@ class ModelUnderTest(Protocol):
 
     def accepted_length(self, n: int) -> int: ...
 
+    def length_cap(self) -> int: ...
+
 
 def mask_spec(subject: ModelUnderTest) -> MaskSpec:
     """The padding mask's argument and convention (no mask argument when nothing settled one)."""
