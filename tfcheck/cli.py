@@ -15,6 +15,7 @@ from tfcheck.errors import TfcheckError, UsageError
 from tfcheck.model.facts.declarations import BUDGET_OVERRUNS
 from tfcheck.ui.annotations import FORMATS
 from tfcheck.ui.io import writable_path, write_report
+from tfcheck.ui.streams import never_failing
 
 #: What `tfcheck check` runs with no spec: the bundled reference Transformers.
 REFERENCE_SPECS = ("reference_model:TransformerEncoder", "reference_model:TransformerLM",
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    never_failing()  # before argparse: its own messages can quote a character the terminal cannot show
     args = build_parser().parse_args(argv)
     if argv is None and args.command in ("check", "trace"):  # the program, not a call from a test or a script
         _import_the_battery()
@@ -183,15 +185,15 @@ def _check(args) -> int:
             print(f"tfcheck: interrupted; the {len(report.models)} model(s) checked before it are in {json_path}",
                   file=sys.stderr)
         raise
+    if json_path is not None:  # first: the files are the record, whatever happens to the terminal after
+        write_report(json_path, report.to_json(), "--json")
+        if args.images:
+            _write_images(report, json_path)
     sys.stdout.write(render_text(report, width=_width(), color=use_color(args.color), verbose=args.verbose))
     if args.format == "github":
         from tfcheck.ui.annotations import github_annotations
 
         sys.stdout.write("".join(line + "\n" for line in github_annotations(report)))
-    if json_path is not None:
-        write_report(json_path, report.to_json(), "--json")
-        if args.images:
-            _write_images(report, json_path)
     if any(f.status is Status.ERROR for m in report.models for f in m.findings()):
         return EXIT_ERROR
     return EXIT_FAIL if report.failed(strict=args.strict) else EXIT_OK

@@ -5,6 +5,8 @@ module does not import torch: that happens when a model is collected, so ``pytes
 """
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tfcheck.errors import TfcheckError
@@ -14,6 +16,7 @@ from tfcheck.pytest_plugin.settings import Settings, add_options, read_settings
 from tfcheck.pytest_plugin.state import SETTINGS, STATE, PluginState
 from tfcheck.pytest_plugin.verdicts import TfcheckFailure, TfcheckLoadError, TfcheckWarning
 from tfcheck.pytest_plugin.workers import follow_controller, group_by_model
+from tfcheck.ui.streams import never_failing
 
 # Public names of this path: filterwarnings = "error::tfcheck.plugin.TfcheckWarning" and the like.
 __all__ = ["TfcheckFailure", "TfcheckFile", "TfcheckItem", "TfcheckLoadError", "TfcheckModel", "TfcheckRun",
@@ -44,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state = session_state(config, settings, listing)
     state.requested, state.plain_paths = requested, plain_paths(list(config.args), base)  # read from the args
     config.stash[STATE] = state
+    # pytest's terminal writer prints a line it cannot encode escaped whole (\n and all): spelled, it stays readable
+    never_failing(sys.__stdout__, sys.__stderr__)
     from tfcheck.pytest_plugin.session import TfcheckSession
 
     config.pluginmanager.register(TfcheckSession(state, config), "tfcheck-session")
