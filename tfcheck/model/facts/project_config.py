@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import difflib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,14 @@ def model_entries(pyproject: Path | None) -> list[Entry]:
         return []
     try:
         data = tomllib.loads(pyproject.read_text("utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {pyproject}: {exc}") from None
-    entries = data.get("tool", {}).get("tfcheck", {}).get("models", [])
+    return entries_of(data, pyproject)
+
+
+def entries_of(data: dict, pyproject: Path) -> list[Entry]:
+    """The entries of a parsed pyproject.toml; any other shape of [tool.tfcheck] is a usage error naming the key."""
+    entries = tfcheck_table(data, pyproject).get("models", [])
     if not isinstance(entries, list):
         raise UsageError(f"{pyproject}: tool.tfcheck.models must be an array of tables ([[tool.tfcheck.models]])")
     out: list[Entry] = []
@@ -59,6 +65,36 @@ def model_entries(pyproject: Path | None) -> list[Entry]:
         out.append(Entry(entry["spec"], declared, name))
         _refuse_duplicate(out, pyproject.name)
     return out
+
+
+def tfcheck_table(data: dict, pyproject: Path) -> dict:
+    """The [tool.tfcheck] table, refused with the file, the key and what belongs there when the TOML holds
+    anything else: a value where a table goes (``tool = 3``), a declaration outside a model's entry, a misspelt
+    key (which would otherwise be ignored, and the model checked without what the user meant to say)."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise UsageError(f"{pyproject}: tool = {tool!r} is {_toml_kind(tool)}; tool must be a table ([tool...] "
+                         "sections), tfcheck's under it as [[tool.tfcheck.models]]")
+    table = tool.get("tfcheck", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{pyproject}: tool.tfcheck = {table!r} is {_toml_kind(table)}; it must be a table "
+                         "holding [[tool.tfcheck.models]] entries")
+    for key in table:
+        if key == "models":
+            continue
+        if key in decl.KEYS:
+            raise UsageError(f"{pyproject}: tool.tfcheck.{key}: a declaration belongs to one model: put {key} = ... "
+                             "in its [[tool.tfcheck.models]] entry, beside spec = \"module:attr\"")
+        close = difflib.get_close_matches(key, ["models"], n=1)
+        raise UsageError(f"{pyproject}: unknown key tool.tfcheck.{key}"
+                         f"{'; did you mean models' if close else ''}: [tool.tfcheck] holds only "
+                         "[[tool.tfcheck.models]] entries")
+    return table
+
+
+def _toml_kind(value: object) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
 
 
 def _refuse_duplicate(entries: list[Entry], file: str) -> None:
