@@ -153,5 +153,5 @@ def compose(loaded: Loaded) -> tuple[Loaded, Assumption | None]:
     return composed, Assumption(COMPOSED, plan.call_text(), (
         f"{name} defines no forward() of its own but {methods}: tfcheck calls {plan.call_text()}, the argument "
         f"names read from their signatures ('{plan.memory}' takes encode's output), on a view of the model "
-        "sharing its modules and state (the model itself is not changed). Give the class a forward, or declare "
-        "inputs=module:factory for another call"))
+        "sharing its modules and state (the model itself is not changed). Give the class a forward for another call "
+        "(inputs=module:factory would do it too, but switches the token checks off)"))

@@ -98,7 +98,8 @@ def try_set_up(subject: ModelUnderTest, first_error: str, forward: Callable[[], 
         f"batch size and a length (read by name): tfcheck calls it before each forward with that forward's batch "
         f"and length{given}, on a view of the model, and puts back every attribute, submodule and buffer it set "
         "after the forward, so the model is left as it was" + (
-            f". Declare inputs=module:factory to give {plan.positions} yourself (never replaced)"
+            f". A {plan.positions} the call gives is never replaced (inputs=module:factory could give it, but "
+            "switches the token checks off)"
             if plan.positions else ""))))
     return True, result
 
